@@ -1,0 +1,40 @@
+"""mpiring: allreduce of GPU memory for MPI programs, one process per GPU.
+
+    from mpi4py import MPI
+    import mpiring
+
+    with mpiring.Communicator(MPI.COMM_WORLD) as comm:
+        y = comm.allreduce(x)            # new array
+        comm.Allreduce(x, y, op=MPI.MAX) # into y; MPI.IN_PLACE works too
+"""
+
+from ._logging import configure_logging
+from .communicator import ALGORITHMS, Communicator
+from .errors import (
+    CommunicatorClosedError,
+    InvalidArgumentError,
+    MpiringError,
+    MpiringTimeoutError,
+    PeerArgumentError,
+    RankMismatchError,
+    SetupError,
+    UnavailableError,
+)
+from .ops import Op
+
+__version__ = "0.1.0"
+__all__ = [
+    "ALGORITHMS",
+    "Communicator",
+    "CommunicatorClosedError",
+    "InvalidArgumentError",
+    "MpiringError",
+    "MpiringTimeoutError",
+    "Op",
+    "PeerArgumentError",
+    "RankMismatchError",
+    "SetupError",
+    "UnavailableError",
+]
+
+configure_logging()

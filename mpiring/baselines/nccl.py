@@ -1,0 +1,103 @@
+"""The NCCL baselines, run through mpiring's API so the benchmark compares like with like.
+
+* ``nccl``: ``ncclAllReduce``.
+* ``nccl-ring``: the AsyncAllReduce paper's baseline: the same ring schedule as mpiring, each
+  step one ``ncclSend``/``ncclRecv`` pair inside ``ncclGroupStart``/``ncclGroupEnd``, followed
+  by the fold kernel, everything on one stream. Reduce-scatter receives into a dedicated
+  staging buffer (``staging_bytes``, so memory stays bounded); all-gather receives straight
+  into the output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from ..errors import SetupError, UnavailableError
+from ..ops import Op
+from ..schedule import RingPlan, Source
+
+
+def nccl_module():
+    """CuPy's NCCL bindings, or raise :class:`UnavailableError` naming what is missing."""
+    try:
+        from cupy.cuda import nccl
+    except ImportError as err:
+        raise UnavailableError(
+            f"NCCL is unavailable ({err}): install the nvidia-nccl wheel of your CUDA major "
+            "(mpiring[cuda12] or mpiring[cuda13])"
+        ) from None
+    if not getattr(nccl, "available", True):
+        raise UnavailableError("NCCL is unavailable: CuPy was built without NCCL support")
+    return nccl
+
+
+def nccl_version() -> str | None:
+    """NCCL's version as "2.28.9", or None without NCCL."""
+    try:
+        v = nccl_module().get_version()
+    except (UnavailableError, Exception):
+        return None
+    major, minor, patch = v // 10000, (v % 10000) // 100, v % 100
+    return f"{major}.{minor}.{patch}"
+
+
+class NcclBaselines:
+    """One NCCL communicator over the ranks of ``comm`` plus the nccl-ring staging buffer."""
+
+    def __init__(self, comm: MPI.Intracomm, staging_bytes: int, fold_kernel) -> None:
+        import cupy
+
+        ok, problem = True, None
+        try:
+            nccl = nccl_module()
+        except UnavailableError as err:
+            ok, problem = False, str(err)
+        if not comm.allreduce(ok, op=MPI.LAND):
+            raise UnavailableError(problem or "NCCL is unavailable on another rank")
+        self.nccl = nccl
+        uid = nccl.get_unique_id() if comm.rank == 0 else None
+        uid = comm.bcast(uid, root=0)
+        try:
+            self.comm = nccl.NcclCommunicator(comm.size, uid, comm.rank)
+        except nccl.NcclError as err:
+            raise SetupError(f"ncclCommInitRank failed on rank {comm.rank}: {err}") from None
+        self.rank, self.size = comm.rank, comm.size
+        self.staging = cupy.empty(staging_bytes, dtype=np.uint8)  # dedicated, made once
+        self.kernel = fold_kernel
+        self.dtypes = {
+            "float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32,
+            "float64": nccl.NCCL_FLOAT64, "int32": nccl.NCCL_INT32, "int64": nccl.NCCL_INT64,
+            "bfloat16": getattr(nccl, "NCCL_BFLOAT16", 9),
+        }
+        self.ops = {Op.SUM: nccl.NCCL_SUM, Op.PROD: nccl.NCCL_PROD, Op.MAX: nccl.NCCL_MAX,
+                    Op.MIN: nccl.NCCL_MIN}
+
+    def staging_capacity(self, dtype: np.dtype) -> int:
+        return self.staging.nbytes // np.dtype(dtype).itemsize
+
+    def allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
+        """``ncclAllReduce`` on raw pointers (``send == recv`` for in place)."""
+        self.comm.allReduce(send, recv, count, self.dtypes[dtype.name], self.ops[op], stream.ptr)
+
+    def ring(self, plan: RingPlan, send: int, recv: int, dtype: np.dtype, op: Op, stream) -> None:
+        """The paper's baseline: ring reduce-scatter + all-gather of send/recv pairs and a fold."""
+        nccl, item = self.nccl, dtype.itemsize
+        nd = self.dtypes[dtype.name]
+        nxt, prv = (self.rank + 1) % self.size, (self.rank - 1) % self.size
+        fn = self.kernel.function(dtype, op)
+        tmp = self.staging.data.ptr
+        for tr in plan.transfers(self.rank):
+            src = (send if tr.source is Source.INPUT else recv) + tr.send_start * item
+            dst = recv + tr.recv_start * item
+            nccl.groupStart()
+            self.comm.send(src, tr.send_count, nd, nxt, stream.ptr)
+            self.comm.recv(tmp if tr.reduce else dst, tr.recv_count, nd, prv, stream.ptr)
+            nccl.groupEnd()
+            if tr.reduce:
+                self.kernel.launch(fn, dst, send + tr.recv_start * item, tmp, tr.recv_count, item,
+                                   stream)
+
+    def close(self) -> None:
+        self.comm.destroy()
+        self.staging = None

@@ -1,0 +1,227 @@
+"""Turning what users pass (numpy, CuPy, torch, anything with ``__cuda_array_interface__`` or
+DLPack) into a flat description of memory, and the local checks on a send/recv pair.
+
+Pure code apart from optional imports: no MPI, no device calls. Device-side checks (is the
+pointer device memory, on which GPU) live with the CUDA transport.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .ops import bfloat16_dtype, dtype_code
+
+
+class Memory(enum.IntEnum):
+    """Where a buffer lives. Values are wire codes of the agreement check."""
+
+    HOST = 0
+    CUDA = 1
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A contiguous run of ``count`` elements of ``dtype`` at ``address``.
+
+    ``array`` is a flat view the transport can use directly: a numpy array for host memory,
+    a CuPy array (or None when CuPy cannot represent the dtype) for device memory.
+    """
+
+    memory: Memory
+    address: int
+    count: int
+    dtype: np.dtype
+    readonly: bool
+    array: Any
+    owner: Any
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.dtype.itemsize
+
+
+# DLPack device types (dlpack.h): what we accept and what we name in errors.
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_NAMES = {_DL_CUDA_HOST: "pinned host memory", _DL_CUDA_MANAGED: "CUDA managed memory"}
+
+
+def describe(obj: Any, role: str) -> Buffer:
+    """Describe ``obj`` as a :class:`Buffer`; ``role`` ("sendbuf"/"recvbuf") names it in errors."""
+    if isinstance(obj, np.ndarray):
+        return _from_numpy(obj, role)
+    if _is_torch_tensor(obj):
+        return _from_torch(obj, role)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_cai(cai, obj, role)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _from_dlpack(obj, role)
+    raise InvalidArgumentError(
+        f"{role} of type {type(obj).__name__} is not an array mpiring can read: pass a numpy or "
+        "CuPy array, a torch tensor, or an object with __cuda_array_interface__ or DLPack"
+    )
+
+
+def _check_dtype(dtype: np.dtype, role: str) -> np.dtype:
+    try:
+        dtype_code(dtype)
+    except InvalidArgumentError as err:
+        raise InvalidArgumentError(f"{role}: {err}") from None
+    dtype = np.dtype(dtype)
+    if not dtype.isnative:  # peers would read its bytes in their own order
+        raise InvalidArgumentError(
+            f"{role} has non-native byte order ({dtype.str}): pass "
+            "x.astype(x.dtype.newbyteorder('='))"
+        )
+    return dtype
+
+
+def _from_numpy(arr: np.ndarray, role: str) -> Buffer:
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise InvalidArgumentError(
+            f"{role} is not contiguous (strides {arr.strides} for shape {arr.shape}): "
+            "pass a contiguous array, e.g. numpy.ascontiguousarray(x)"
+        )
+    dtype = _check_dtype(arr.dtype, role)
+    flat = arr.reshape(-1, order="A")
+    return Buffer(Memory.HOST, arr.__array_interface__["data"][0], arr.size, dtype,
+                  not arr.flags.writeable, flat, arr)
+
+
+def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> bool:
+    """Whether ``strides`` (bytes, or None) describe a contiguous row-major or column-major block."""
+    if strides is None or int(np.prod(shape, dtype=np.int64)) <= 1:
+        return True
+
+    def dense(dims: list[int], steps: list[int]) -> bool:
+        expect = itemsize
+        for dim, step in zip(reversed(dims), reversed(steps), strict=True):
+            if dim != 1 and step != expect:
+                return False
+            expect *= dim
+        return True
+
+    dims, steps = list(shape), list(strides)
+    return dense(dims, steps) or dense(dims[::-1], steps[::-1])
+
+
+def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:
+    shape = tuple(int(d) for d in cai["shape"])
+    typestr = cai["typestr"]
+    try:
+        dtype = np.dtype(typestr)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{role} has element type {typestr!r}, which mpiring cannot reduce"
+        ) from None
+    dtype = _check_dtype(dtype, role)
+    strides = cai.get("strides")
+    if not is_contiguous(shape, tuple(strides) if strides else None, dtype.itemsize):
+        raise InvalidArgumentError(
+            f"{role} is not contiguous (strides {tuple(strides)} for shape {shape}): "
+            "pass a contiguous array, e.g. cupy.ascontiguousarray(x)"
+        )
+    address, readonly = cai["data"]
+    count = int(np.prod(shape, dtype=np.int64))
+    return Buffer(Memory.CUDA, int(address), count, dtype, bool(readonly), _cupy_view(owner, dtype), owner)
+
+
+def _cupy_view(owner: Any, dtype: np.dtype) -> Any:
+    try:
+        import cupy
+    except ImportError:
+        return None
+    if isinstance(owner, cupy.ndarray):
+        return owner.reshape(-1, order="A") if owner.size else owner.ravel()
+    if dtype == bfloat16_dtype():
+        return None
+    return cupy.asarray(owner).reshape(-1, order="A")
+
+
+def _from_dlpack(obj: Any, role: str) -> Buffer:
+    device_type, _ = obj.__dlpack_device__()
+    if device_type == _DL_CPU:
+        return _from_numpy(np.from_dlpack(obj), role)
+    if device_type != _DL_CUDA:
+        what = _DL_NAMES.get(int(device_type), f"DLPack device type {int(device_type)}")
+        raise InvalidArgumentError(
+            f"{role} lives in {what}, which mpiring does not support: use plain device memory"
+        )
+    try:
+        import cupy
+    except ImportError:
+        raise InvalidArgumentError(f"{role} is a CUDA array, but CuPy is not installed") from None
+    arr = cupy.from_dlpack(obj)
+    return _from_cai(arr.__cuda_array_interface__, arr, role)
+
+
+def _is_torch_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def _from_torch(t: Any, role: str) -> Buffer:
+    """torch tensors, bfloat16 included (which torch's __cuda_array_interface__ refuses)."""
+    if not t.is_cuda:
+        if t.device.type != "cpu":
+            raise InvalidArgumentError(
+                f"{role} is a torch tensor on {t.device}, which mpiring does not support"
+            )
+        return _from_numpy(t.detach().numpy(), role)
+    if not t.is_contiguous():
+        raise InvalidArgumentError(
+            f"{role} is not contiguous (strides {tuple(t.stride())} for shape {tuple(t.shape)}): "
+            "pass t.contiguous()"
+        )
+    name = str(t.dtype).removeprefix("torch.")
+    if name == "bfloat16":
+        dtype = bfloat16_dtype()
+        if dtype is None:
+            raise InvalidArgumentError(f"{role} is bfloat16, which needs the ml_dtypes package")
+        array = None
+    else:
+        try:
+            dtype = np.dtype(name)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"{role} has element type {name}, which mpiring cannot reduce"
+            ) from None
+        array = _cupy_view(t, dtype)
+    dtype = _check_dtype(dtype, role)
+    return Buffer(Memory.CUDA, int(t.data_ptr()), int(t.numel()), dtype, False, array, t)
+
+
+def check_pair(send: Buffer, recv: Buffer) -> bool:
+    """Check a send/recv pair for one allreduce; return True when it is in place.
+
+    In place means the very same memory (same start, same size). Any other overlap would let
+    the reduction read what it already overwrote, so it is refused.
+    """
+    if recv.readonly:
+        raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
+    if send.memory != recv.memory:
+        raise InvalidArgumentError(
+            f"sendbuf is in {send.memory.name.lower()} memory but recvbuf in "
+            f"{recv.memory.name.lower()} memory: both must live in the same place"
+        )
+    if send.count != recv.count:
+        raise InvalidArgumentError(
+            f"sendbuf has {send.count} elements but recvbuf has {recv.count}: they must match"
+        )
+    if send.dtype != recv.dtype:
+        raise InvalidArgumentError(
+            f"sendbuf is {send.dtype.name} but recvbuf is {recv.dtype.name}: they must match"
+        )
+    if send.address == recv.address:
+        return True
+    overlap = send.address < recv.address + recv.nbytes and recv.address < send.address + send.nbytes
+    if send.nbytes and overlap:
+        raise InvalidArgumentError(
+            "sendbuf and recvbuf partially overlap: pass the same buffer (in place, or "
+            "MPI.IN_PLACE) or two disjoint buffers"
+        )
+    return False

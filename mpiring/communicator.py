@@ -1,0 +1,314 @@
+"""``mpiring.Communicator``: the public API, in mpi4py's idiom.
+
+A communicator binds the ranks of one node, allocates its staging memory once, and then
+allreduces host arrays (host transport) or GPU arrays (CUDA IPC transport, or the NCCL
+baselines) with the algorithm asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from . import cuda
+from .agreement import FIELDS, AgreementCheck
+from .buffers import Buffer, Memory, check_pair, describe
+from .errors import (
+    CommunicatorClosedError,
+    InvalidArgumentError,
+    MpiringError,
+    SetupError,
+    UnavailableError,
+)
+from .ops import Op, dtype_code, normalize_op
+from .pipeline import RingPipeline
+from .schedule import RingPlan, choose_batches, default_batches
+from .transports.base import CallBuffers
+from .transports.host import HostTransport
+
+log = logging.getLogger(__name__)
+
+ALGORITHMS = {"ring": 1, "nccl": 2, "nccl-ring": 3, "mpi": 4}
+HOST_ALGORITHMS = ("ring", "mpi")
+CUDA_ALGORITHMS = ("ring", "nccl", "nccl-ring")
+
+DEFAULT_HOST_SLOT_BYTES = 1 << 20  # two slots of 1 MiB of node shared memory per rank
+DEFAULT_TIMEOUT = 300.0
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise InvalidArgumentError(f"{name}={value!r} is not a number of seconds") from None
+
+
+class Communicator:
+    """Allreduce over the ranks of ``comm``, all on one node, one GPU per rank.
+
+    Args:
+        comm: the MPI communicator whose ranks take part (default ``MPI.COMM_WORLD``);
+            it is duplicated, so mpiring's messages never mix with the caller's.
+        gpu: True to require the GPU path, False for host arrays only, None (default) to use
+            GPUs when CuPy finds them.
+        device: the GPU of this rank; default: its rank among the node's ranks.
+        algorithm: default algorithm, ``"ring"`` (mpiring's asynchronous ring), ``"nccl"``,
+            ``"nccl-ring"`` (GPU baselines) or ``"mpi"`` (host baseline: ``MPI.Allreduce``).
+        batches: mini-batches per call; None picks one by message size.
+        slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
+        check: run the cross-rank agreement check on every call (default on;
+            ``MPIRING_CHECK=0`` turns it off).
+        timeout: seconds any wait for a peer may take (default ``MPIRING_TIMEOUT`` or 300).
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Intracomm | None = None,
+        *,
+        gpu: bool | None = None,
+        device: int | None = None,
+        algorithm: str = "ring",
+        batches: int | None = None,
+        slot_bytes: int | None = None,
+        check: bool | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._closed = True  # until set-up completes
+        self._failed: str | None = None
+        base = MPI.COMM_WORLD if comm is None else comm
+        self.algorithm = self._check_algorithm(algorithm)
+        self.batches = self._check_batches(batches)
+        self.check = _env_flag("MPIRING_CHECK", True) if check is None else bool(check)
+        self.timeout = _env_float("MPIRING_TIMEOUT", DEFAULT_TIMEOUT) if timeout is None else float(timeout)
+        if self.timeout <= 0:
+            raise InvalidArgumentError(f"timeout must be positive, got {self.timeout}")
+        self.comm = base.Dup()
+        self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
+        if self.node.size != self.comm.size:
+            self.node.Free()
+            self.comm.Free()
+            raise SetupError(
+                f"mpiring needs every rank on one node, but this communicator of {base.size} ranks "
+                f"spans several nodes (this node has {self.node.size} of them): build one "
+                "Communicator per node, e.g. from comm.Split_type(MPI.COMM_TYPE_SHARED)"
+            )
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self._agreement = AgreementCheck(self.comm)
+        host_slot = DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
+        self._host = RingPipeline(HostTransport(self.node, host_slot, self.timeout))
+        self._gpu = None
+        use_gpu = cuda.available() if gpu is None else gpu
+        # Every rank must take the same branch: set-up below is collective.
+        use_gpu = bool(self.comm.allreduce(int(bool(use_gpu)), op=MPI.MIN))
+        if gpu and not use_gpu:
+            self._host.transport.close()
+            raise UnavailableError(
+                "gpu=True but CuPy or a CUDA GPU is missing on some rank: install mpiring[cuda12] "
+                "or mpiring[cuda13] and run where every rank sees a GPU"
+            )
+        if use_gpu:
+            try:
+                self._gpu = cuda.GpuContext(self.comm, self.node, device, slot_bytes, self.timeout)
+            except BaseException:
+                self._host.transport.close()
+                raise
+        self._closed = False
+        log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, use_gpu)
+
+    # -- argument checks ---------------------------------------------------------------
+
+    @staticmethod
+    def _check_algorithm(algorithm: str | None) -> str:
+        name = str(algorithm).lower()
+        if name not in ALGORITHMS:
+            raise InvalidArgumentError(f"unknown algorithm {algorithm!r}: choose one of {sorted(ALGORITHMS)}")
+        return name
+
+    @staticmethod
+    def _check_batches(batches: int | None) -> int | None:
+        if batches is None:
+            return None
+        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 1:
+            raise InvalidArgumentError(f"batches must be a positive integer or None, got {batches!r}")
+        return int(batches)
+
+    def _usable(self) -> None:
+        if self._failed:
+            raise CommunicatorClosedError(
+                f"this communicator failed earlier ({self._failed}) and refuses further use: "
+                "close it and create a new one"
+            )
+        if self._closed:
+            raise CommunicatorClosedError("this communicator is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def gpu(self) -> bool:
+        """Whether this communicator reduces GPU arrays."""
+        return self._gpu is not None
+
+    @property
+    def device(self) -> int | None:
+        """The CUDA device of this rank, or None without GPUs."""
+        return None if self._gpu is None else self._gpu.device_id
+
+    # -- the collective ----------------------------------------------------------------
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *,
+                  algorithm: str | None = None, batches: int | None = None) -> None:
+        """Reduce ``sendbuf`` over all ranks into ``recvbuf`` (mpi4py's ``Comm.Allreduce``).
+
+        ``sendbuf`` may be ``MPI.IN_PLACE`` or None (reduce ``recvbuf`` in place), or the very
+        same array as ``recvbuf``. GPU work is ordered after what the caller queued on the
+        current CuPy stream, and later work there sees the result.
+        """
+        self._usable()
+        rejected: Exception | None = None
+        values = dict.fromkeys(("count", "dtype", "op", "algorithm", "batches", "memory"), 0)
+        try:
+            algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
+            nb = self.batches if batches is None else self._check_batches(batches)
+            the_op = normalize_op(op)
+            recv = describe(recvbuf, "recvbuf")
+            in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
+            send = recv if in_place else describe(sendbuf, "sendbuf")
+            in_place = in_place or check_pair(send, recv)
+            if recv.readonly:
+                raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
+            self._check_memory(recv, algo)
+            if not in_place and recv.memory is Memory.CUDA:
+                self._gpu.check_buffer(send, "sendbuf")
+            values.update(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op),
+                          algorithm=ALGORITHMS[algo], batches=nb or 0, memory=int(recv.memory))
+        except Exception as err:  # any local failure must reach the peers, or they hang
+            rejected = err
+        if self.check:
+            self._agreement.run(rejected is not None, values)
+        if rejected is not None:
+            raise rejected
+        if recv.count == 0:
+            return
+        try:
+            self._dispatch(algo, None if in_place else send, recv, the_op, nb)
+        except MpiringError as err:
+            self._failed = f"{type(err).__name__}: {err}"
+            raise
+
+    def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
+                  batches: int | None = None) -> Any:
+        """Return a new array holding the reduction of ``x`` over all ranks (like ``comm.allreduce``)."""
+        self._usable()
+        try:
+            out = _empty_like(x)
+        except Exception:
+            if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
+                self._agreement.run(True, dict.fromkeys(FIELDS, 0))
+            raise
+        self.Allreduce(x, out, op, algorithm=algorithm, batches=batches)
+        return out
+
+    def _check_memory(self, buf: Buffer, algo: str) -> None:
+        if buf.memory is Memory.HOST:
+            if algo not in HOST_ALGORITHMS:
+                raise InvalidArgumentError(
+                    f"algorithm {algo!r} reduces GPU arrays, but these are host arrays "
+                    f"(host algorithms: {', '.join(HOST_ALGORITHMS)})"
+                )
+            if algo == "mpi" and buf.dtype.name == "bfloat16":
+                raise InvalidArgumentError(
+                    "algorithm 'mpi' cannot reduce bfloat16 (MPI has no bfloat16 type): "
+                    "use algorithm='ring'"
+                )
+            return
+        if algo not in CUDA_ALGORITHMS:
+            raise InvalidArgumentError(
+                f"algorithm {algo!r} reduces host arrays, but these are GPU arrays "
+                f"(GPU algorithms: {', '.join(CUDA_ALGORITHMS)})"
+            )
+        if self._gpu is None:
+            raise UnavailableError(
+                "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
+                "at set-up)"
+            )
+        self._gpu.check_buffer(buf, "recvbuf")
+
+    def _dispatch(self, algo: str, send: Buffer | None, recv: Buffer, op: Op, batches: int | None) -> None:
+        if recv.memory is Memory.HOST:
+            if algo == "mpi":
+                self.comm.Allreduce(MPI.IN_PLACE if send is None else send.array, recv.array,
+                                    op=_MPI_OPS[op]())
+                return
+            self._run_ring(self._host, send.array if send else None, recv.array, recv, op, batches, None)
+            return
+        if algo == "ring":
+            g = self._gpu
+            self._run_ring(g.pipeline, send, recv, recv, op, batches, g.current_stream())
+        else:
+            self._gpu.baseline(algo, send, recv, op, batches)
+
+    def _run_ring(self, pipeline: RingPipeline, send: Any, recv: Any, desc: Buffer, op: Op,
+                  batches: int | None, stream: Any) -> None:
+        link = pipeline.transport
+        nb = choose_batches(desc.count, self.size, link.slot_capacity(desc.dtype), batches,
+                            default_batches(desc.nbytes, self.size))
+        plan = RingPlan(self.size, desc.count, nb)
+        pipeline.run(plan, CallBuffers(send, recv, desc.count, desc.dtype, op, stream))
+
+    # -- lifetime ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Collective: wait for outstanding work, release staging memory and handles."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._gpu is not None:
+            self._gpu.close()
+        self._host.transport.close()
+        self.node.Free()
+        self.comm.Free()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("failed" if self._failed else "open")
+        where = f"{getattr(self, 'rank', '?')}/{getattr(self, 'size', '?')}"
+        return f"<mpiring.Communicator rank {where} {state}>"
+
+
+_MPI_OPS = {Op.SUM: lambda: MPI.SUM, Op.PROD: lambda: MPI.PROD, Op.MAX: lambda: MPI.MAX,
+            Op.MIN: lambda: MPI.MIN}
+
+
+def _empty_like(x: Any) -> Any:
+    """A fresh output array of the same shape, dtype and kind of memory as ``x``."""
+    if isinstance(x, np.ndarray):
+        return np.empty_like(x)
+    if hasattr(x, "new_empty"):  # torch
+        return x.new_empty(x.shape)
+    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
+        import cupy
+
+        view = cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
+        return cupy.empty_like(view)
+    raise InvalidArgumentError(f"cannot allreduce an object of type {type(x).__name__}")

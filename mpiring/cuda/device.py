@@ -1,0 +1,84 @@
+"""Binding each rank to its GPU, and the checks that make CUDA IPC possible at all.
+
+CUDA IPC can only open memory of a GPU the process can see, so every rank must see every
+rank's GPU. Per-task GPU binding (Slurm's ``--gpus-per-task``/``--gpu-bind``, or a wrapper
+setting ``CUDA_VISIBLE_DEVICES`` per rank) hides them; this module says so, by name, at set-up.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mpi4py import MPI
+
+from ..buffers import Buffer
+from ..errors import InvalidArgumentError, SetupError
+
+REMEDY = (
+    "make every GPU of the node visible to every rank (no per-rank CUDA_VISIBLE_DEVICES; with "
+    "Slurm use --gpus-per-node and --gpu-bind=none, not --gpus-per-task) and let mpiring pick "
+    "the GPU by node rank, or pass device="
+)
+
+
+def bind_device(node: MPI.Intracomm, device: int | None) -> int:
+    """Choose and activate this rank's GPU; collective over the node, raises on every rank."""
+    import cupy
+
+    rt = cupy.cuda.runtime
+    visible = rt.getDeviceCount()
+    problem = None
+    chosen = node.rank % max(visible, 1) if device is None else int(device)
+    if not 0 <= chosen < visible:
+        problem = (f"rank {node.rank} asked for GPU {chosen} but sees {visible} GPU(s) "
+                   f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    bus = rt.deviceGetPCIBusId(chosen).lower() if problem is None else None
+    seen = [rt.deviceGetPCIBusId(i).lower() for i in range(visible)]
+    everyone = node.allgather((problem, bus, seen))
+    problems = [p for p, _, _ in everyone if p]
+    if problems:
+        raise SetupError("; ".join(problems) + ": " + REMEDY)
+    owners: dict[str, int] = {}
+    for r, (_, b, _) in enumerate(everyone):
+        if b in owners:
+            raise SetupError(
+                f"ranks {owners[b]} and {r} both use GPU {b}: mpiring needs one GPU per rank. "
+                f"Start at most as many ranks per node as GPUs, or pass distinct device= values"
+            )
+        owners[b] = r
+    for r, (_, _, their_view) in enumerate(everyone):
+        for s, (_, b, _) in enumerate(everyone):
+            if b not in their_view:
+                raise SetupError(
+                    f"rank {r} cannot see GPU {b} of rank {s}, so CUDA IPC cannot map it: {REMEDY}"
+                )
+    cupy.cuda.Device(chosen).use()
+    return chosen
+
+
+# cudaMemoryType values reported by cudaPointerGetAttributes.
+_MEMORY_TYPES = {0: "unregistered host memory", 1: "pinned host memory", 2: "device memory",
+                 3: "CUDA managed memory"}
+
+
+def check_device_pointer(buf: Buffer, device_id: int, role: str = "buffer") -> None:
+    """Raise unless ``buf`` is plain device memory on ``device_id``."""
+    if buf.count == 0:
+        return
+    import cupy
+
+    try:
+        attrs = cupy.cuda.runtime.pointerGetAttributes(buf.address)
+    except cupy.cuda.runtime.CUDARuntimeError as err:
+        raise InvalidArgumentError(f"{role} at {buf.address:#x} is not CUDA memory ({err})") from None
+    kind = int(attrs.type)
+    if kind != 2:
+        raise InvalidArgumentError(
+            f"{role} is in {_MEMORY_TYPES.get(kind, f'memory of type {kind}')}, which mpiring does "
+            "not support: pass plain device memory (cudaMalloc / CuPy / torch allocations)"
+        )
+    if int(attrs.device) != device_id:
+        raise InvalidArgumentError(
+            f"{role} lives on GPU {attrs.device} but this rank's communicator uses GPU {device_id}: "
+            "allocate it on this rank's GPU (cupy.cuda.Device(comm.device).use())"
+        )

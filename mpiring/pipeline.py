@@ -1,0 +1,69 @@
+"""The double-buffered ring pipeline, written once for every transport.
+
+Ordering rules, per transfer t with sequence number ``seq`` and slot ``seq % 2``:
+
+1. Before writing into the next rank's slot, wait until that rank has folded the previous use
+   of the slot (``seq - 2``): a slot is never overwritten before its reader is done.
+2. After the copy, post "full"; the next rank folds only after waiting for it.
+3. After the fold, post "free"; that is what step 1 of the writer two transfers later waits for.
+
+Because a wait returns only once the peer has *enqueued* the matching post, and a writer
+re-posts a slot only after its reader posted "free" for it (which the reader does after
+enqueuing its wait), no rank waits on a signal before it is posted, and no signal is re-posted
+before its waiter has consumed it. Those are the ``cudaStreamWaitEvent`` rules the CUDA IPC
+transport relies on; the host transport gets the same protocol for free.
+
+The issue order comes from :func:`mpiring.schedule.issue_order`: send t+1 goes out before
+fold t whenever it does not depend on it, so the copy of one mini-batch overlaps the fold of
+another.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .schedule import FIRST_SEQ, SLOTS, RingPlan, issue_order
+from .transports.base import CallBuffers, RingTransport
+
+log = logging.getLogger(__name__)
+
+
+class RingPipeline:
+    """Runs ring plans over one transport, keeping the sequence counter across calls."""
+
+    def __init__(self, transport: RingTransport) -> None:
+        self.transport = transport
+        self.next_seq = FIRST_SEQ  # sequence number of the next transfer; grows forever
+
+    def run(self, plan: RingPlan, call: CallBuffers) -> None:
+        """Allreduce ``call`` following ``plan``; returns once all work is enqueued."""
+        link = self.transport
+        link.begin(call)
+        if plan.size == 1:
+            if not call.in_place:
+                link.copy_input()
+            link.end()
+            return
+        rank = link.rank
+        base = self.next_seq
+        transfers = plan.transfers(rank)
+        for kind, t in issue_order(plan):
+            tr = transfers[t]
+            seq = base + t
+            slot = seq % SLOTS
+            if kind == "send":
+                if seq - SLOTS >= FIRST_SEQ:  # a slot's first use has nothing to wait for
+                    link.wait_slot_free(slot, seq - SLOTS)
+                link.send(slot, tr.source, tr.send_start, tr.send_count)
+                link.post_slot_full(slot, seq)
+            else:
+                link.wait_slot_full(slot, seq)
+                link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce)
+                link.post_slot_free(slot, seq)
+        self.next_seq = base + plan.num_transfers
+        link.end()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "rank %d: ring of %d elements, %d batches, seq %d..%d",
+                rank, plan.count, plan.batches, base, self.next_seq - 1,
+            )
