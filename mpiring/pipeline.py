@@ -20,12 +20,20 @@ another.
 
 from __future__ import annotations
 
+import functools
 import logging
 
-from .schedule import FIRST_SEQ, SLOTS, RingPlan, issue_order
+from .schedule import FIRST_SEQ, SLOTS, RingPlan, Transfer, issue_order
 from .transports.base import CallBuffers, RingTransport
 
 log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=256)
+def rank_script(plan: RingPlan, rank: int) -> tuple[tuple[bool, Transfer], ...]:
+    """``(is_send, transfer)`` in issue order for one rank; cached, since calls repeat sizes."""
+    transfers = plan.transfers(rank)
+    return tuple((kind == "send", transfers[t]) for kind, t in issue_order(plan))
 
 
 class RingPipeline:
@@ -46,12 +54,10 @@ class RingPipeline:
             return
         rank = link.rank
         base = self.next_seq
-        transfers = plan.transfers(rank)
-        for kind, t in issue_order(plan):
-            tr = transfers[t]
-            seq = base + t
+        for is_send, tr in rank_script(plan, rank):
+            seq = base + tr.index
             slot = seq % SLOTS
-            if kind == "send":
+            if is_send:
                 if seq - SLOTS >= FIRST_SEQ:  # a slot's first use has nothing to wait for
                     link.wait_slot_free(slot, seq - SLOTS)
                 link.send(slot, tr.source, tr.send_start, tr.send_count)

@@ -175,11 +175,11 @@ def choose_batches(
 
 
 def default_batches(nbytes: int, size: int) -> int:
-    """A mini-batch count by message size: one for small messages (latency-bound), more as
-    chunks grow big enough to keep copy engines busy while kernels fold."""
+    """A mini-batch count by message size.
+
+    Each transfer costs ~20 us of host work while a fold runs ~10x faster than the copy it
+    overlaps, so extra mini-batches pay only for large messages (measured on 4 H200s: at
+    64 MiB one batch took 471 us and four 645 us; at 1 GiB the slot size forces 4 anyway).
+    """
     per_rank = nbytes // max(size, 1)
-    if per_rank < 256 * 1024:
-        return 1
-    if per_rank < 4 * 1024 * 1024:
-        return 2
-    return 4
+    return 1 if per_rank < 32 * 1024 * 1024 else 2

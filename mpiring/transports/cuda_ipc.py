@@ -215,7 +215,7 @@ class CudaIpcTransport(RingTransport):
         if reduce:
             self.kernel.launch(self._fn, self._out + offset, self._in + offset,
                                self.own_slots[slot], count, self._itemsize, self.fold_stream)
-        else:
+        else:  # an SM copy kernel here measured the same as the copy engine (4640 vs 4648 us, 1 GiB)
             self._rt.memcpyAsync(self._out + offset, self.own_slots[slot], count * self._itemsize,
                                  self._rt.memcpyDeviceToDevice, self.fold_stream.ptr)
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# GPU tests on 2 ranks and on every GPU of this node, then a short correctness-and-speed check
+# (mpiring's ring beside nccl-ring and ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
+# Env: NGPUS (default: all GPUs), MPIRUN (default: mpirun), TIMEOUT per mpirun (default 900 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off everywhere mpiring runs NCCL
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
+MPIRUN=${MPIRUN:-mpirun}
+TIMEOUT=${TIMEOUT:-900}
+extra=()
+if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
+  extra+=(--bind-to none -x NCCL_NVLS_ENABLE -x PYTHONPATH)
+  [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
+fi
+# timeout: one crashed rank must not leave the others waiting forever.
+run() { local n=$1; shift; timeout -k 10 "$TIMEOUT" "$MPIRUN" "${extra[@]}" -n "$n" "$@"; }
+
+for n in $(printf '%s\n' 2 "$NGPUS" | sort -un); do
+  echo "== GPU tests on $n ranks"
+  run "$n" python -m pytest -q --with-mpi tests/gpu
+done
+echo "== correctness and speed, $NGPUS ranks"
+run "$NGPUS" python -m mpiring.bench -b 1M -e 1G -f 64 --algo ring,nccl-ring,nccl \
+  --output-dir "${OUTDIR:-results/check}" --no-plot

@@ -1,0 +1,291 @@
+"""Measuring one benchmark point: correctness check first, then warm-up and timed loops.
+
+Every stage ends in an agreement among ranks (one ``allgather`` of status and payload), so
+an exception on one rank becomes the same verdict on all ranks instead of a hang, and every
+rank runs the same number of collective calls.
+
+Timing: ``Barrier``, then a region of ``k`` back-to-back calls timed with CUDA events on the
+current CuPy stream (GPU) or ``MPI.Wtime`` (host); per-iteration time = region / k; a few
+repetitions give mean/std/min/max/median, and the slowest rank's figures are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    InvalidArgumentError,
+    PeerArgumentError,
+    RankMismatchError,
+    UnavailableError,
+)
+from .arrays import Mismatch
+from .data import InputGenerator, pieces
+from .stats import Stats, iterations_for, slowest_of, summarize
+
+BATCHED = ("ring", "nccl-ring")  # algorithms that take a mini-batch count
+BASELINES = ("nccl", "mpi")  # run once per size: they ignore batches
+# Errors raised before any data moved: the communicator stays usable after them.
+ARGUMENT_ERRORS = (InvalidArgumentError, PeerArgumentError, RankMismatchError, UnavailableError)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement: an algorithm at one size, batches value and placement."""
+
+    nbytes: int
+    count: int
+    dtype: str
+    op: str
+    algo: str
+    batches: int | str | None  # int, "auto", or None for algorithms without batches
+    placement: str  # "out" or "in"
+
+    @property
+    def batches_label(self) -> str:
+        return "-" if self.batches is None else str(self.batches)
+
+    @property
+    def call_batches(self) -> int | None:
+        return self.batches if isinstance(self.batches, int) else None
+
+
+@dataclass
+class Outcome:
+    """What happened at a point, identical on every rank."""
+
+    status: str  # "ok", "fail", "error", "unavailable", "skipped"
+    check: str  # "OK", "FAIL", "off", "-"
+    note: str = ""
+    stats: Stats | None = None
+    slowest_rank: int | None = None
+    iters: int | None = None
+    warmup: int | None = None
+    reps: int | None = None
+    errors: list[str] = field(default_factory=list)
+    needs_rebuild: bool = False
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    budget_s: float = 0.15
+    reps: int = 5
+    max_iters: int = 1000
+    iters: int | None = None  # fixed timed iterations per repetition
+    warmup: int | None = None  # fixed warm-up iterations
+    min_warmup: int = 2
+    max_warmup: int = 50
+    warmup_share: float = 0.1  # auto warm-up fills this share of the budget
+
+    def warmup_for(self, per_iter_s: float) -> int:
+        if self.warmup is not None:
+            return self.warmup
+        if per_iter_s <= 0 or not math.isfinite(per_iter_s):
+            return self.max_warmup
+        n = math.ceil(self.warmup_share * self.budget_s / per_iter_s)
+        return max(self.min_warmup, min(self.max_warmup, n))
+
+    def iters_for(self, per_iter_s: float) -> int:
+        if self.iters is not None:
+            return self.iters
+        return iterations_for(self.budget_s, per_iter_s, self.reps, self.max_iters)
+
+
+class StageFailed(Exception):
+    """A stage failed on at least one rank; ``errors`` lists ``rank N: message`` lines."""
+
+    def __init__(self, status: str, errors: list[str], rebuild: bool) -> None:
+        super().__init__("; ".join(errors))
+        self.status = status
+        self.errors = errors
+        self.rebuild = rebuild
+
+
+def agree(world: Any, fn: Callable[[], Any], share: bool = False) -> Any:
+    """Collective: run ``fn`` here; raise :class:`StageFailed` on every rank when it raised
+    on any. Returns ``fn``'s result, or with ``share`` every rank's (small, picklable)
+    result as a list."""
+    value = None
+    try:
+        value = fn()
+        local = ("ok", value if share else None, "")
+    except UnavailableError as err:
+        local = ("unavailable", None, f"{err}")
+    except Exception as err:  # noqa: BLE001 - any failure must reach the other ranks
+        kind = "argument" if isinstance(err, ARGUMENT_ERRORS) else "error"
+        local = (kind, None, f"{type(err).__name__}: {err}")
+    gathered = world.allgather(local)
+    bad = [(r, g) for r, g in enumerate(gathered) if g[0] != "ok"]
+    if not bad:
+        return [g[1] for g in gathered] if share else value
+    kinds = {g[0] for _, g in bad}
+    status = "unavailable" if kinds == {"unavailable"} else "error"
+    rebuild = "error" in kinds
+    errors = [f"rank {r}: {g[2]}" for r, g in bad]
+    raise StageFailed(status, errors, rebuild)
+
+
+class SizeBuffers:
+    """The buffers of one message size: ``send`` holds this rank's input, ``recv`` the result.
+
+    With ``cache`` (host runs), this rank's input and the expected result are kept as int32
+    arrays, since regenerating them on a CPU costs more than the allreduce; on GPUs they are
+    regenerated piece by piece for each check, in a few device passes, using no extra memory.
+    """
+
+    def __init__(self, space: Any, gen: InputGenerator, count: int, rank: int, cache: bool):
+        self.space, self.gen, self.count, self.rank = space, gen, count, rank
+        self.send = space.empty(count, gen.dtype)
+        self.recv = space.empty(count, gen.dtype)
+        self._input: np.ndarray | None = None
+        self._expected: np.ndarray | None = None
+        if cache:
+            self._input = np.empty(count, np.int32)
+            self._expected = np.empty(count, np.int32)
+            for s, e in pieces(count):
+                self._input[s:e] = gen.values(rank, s, e)
+                self._expected[s:e] = gen.expected(s, e)
+        self.load_input()
+
+    def _own(self, s: int, e: int) -> Any:
+        return self._input[s:e] if self._input is not None else self.gen.values(self.rank, s, e)
+
+    def _want(self, s: int, e: int) -> Any:
+        return self._expected[s:e] if self._expected is not None else self.gen.expected(s, e)
+
+    def load_input(self) -> None:
+        for s, e in pieces(self.count):
+            self.space.store(self.send, s, self._own(s, e))
+        self.space.synchronize()
+
+    def _compare(self, buf: Any, want: Callable[[int, int], Any]) -> Mismatch | None:
+        first: Mismatch | None = None
+        total = 0
+        for s, e in pieces(self.count):
+            m = self.space.mismatches(buf, s, want(s, e))
+            if m is not None:
+                total += m.count
+                first = first or m
+        return None if first is None else Mismatch(total, first.index, first.got, first.expected)
+
+    def check_output(self) -> Mismatch | None:
+        """Compare every element of ``recv`` with the exact expected allreduce."""
+        return self._compare(self.recv, self._want)
+
+    def check_input(self) -> Mismatch | None:
+        """Compare every element of ``send`` with this rank's input (it must be unchanged)."""
+        return self._compare(self.send, self._own)
+
+
+class PointMeasurer:
+    """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
+
+    def __init__(self, world: Any, comm: Any, space: Any, policy: TimingPolicy, *,
+                 check: bool, time_agreement: bool, mpi_op: Any, in_place: Any) -> None:
+        self.world, self.comm, self.space, self.policy = world, comm, space, policy
+        self.check = check
+        self.time_agreement = time_agreement
+        self.mpi_op = mpi_op
+        self.in_place = in_place  # MPI.IN_PLACE
+        self.timer = space.timer()
+
+    def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
+        comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
+        send = self.in_place if point.placement == "in" else bufs.send
+        recv = bufs.recv
+
+        def call() -> None:
+            comm.Allreduce(send, recv, op, algorithm=algo, batches=nb)
+
+        return call
+
+    def _timed(self, call: Callable[[], None], k: int) -> float:
+        """Seconds per iteration of ``k`` back-to-back calls, after a barrier."""
+        self.space.synchronize()
+        self.world.Barrier()
+        self.timer.start()
+        for _ in range(k):
+            call()
+        return self.timer.stop() / k
+
+    def measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
+        try:
+            return self._measure(point, bufs)
+        except StageFailed as err:
+            check = "FAIL" if err.status == "fail" else "-"
+            return Outcome(err.status, check, note=err.errors[0], errors=err.errors,
+                           needs_rebuild=err.rebuild)
+
+    def _measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
+        call = self._call(point, bufs)
+        saved = self.comm.check
+        try:
+            check_label = "off"
+            if self.check:
+                self._check(point, bufs, call)
+                check_label = "OK"
+            self.comm.check = self.time_agreement
+            return self._time(call, check_label)
+        finally:
+            self.comm.check = saved
+
+    def _check(self, point: Point, bufs: SizeBuffers, call: Callable[[], None]) -> None:
+        """One call on poisoned output (in place: on a fresh copy of the input), then every
+        element compared with the exact result on every rank; raises ``StageFailed("fail")``."""
+        space = self.space
+
+        def prepare() -> None:
+            if point.placement == "in":
+                space.copy(bufs.recv, bufs.send)
+            else:
+                space.poison(bufs.recv)
+            space.synchronize()
+
+        agree(self.world, prepare)
+
+        def run_and_compare() -> list[str]:
+            self.comm.check = True  # the library's argument agreement, for a clean error
+            call()
+            space.synchronize()
+            problems = []
+            bad = bufs.check_output()
+            if bad is not None:
+                problems.append("wrong result: " + bad.describe(bufs.count))
+            if point.placement == "out":
+                bad_in = bufs.check_input()
+                if bad_in is not None:
+                    problems.append("sendbuf modified: " + bad_in.describe(bufs.count))
+                    bufs.load_input()
+            return problems
+
+        verdicts = agree(self.world, run_and_compare, share=True)
+        errors = [f"rank {r}: {p}" for r, ps in enumerate(verdicts) for p in ps]
+        if errors:
+            raise StageFailed("fail", errors, rebuild=False)
+
+    def _time(self, call: Callable[[], None], check_label: str) -> Outcome:
+        # In place, each call reduces the previous result (as in nccl-tests): values grow to
+        # inf/NaN, which costs floating-point units nothing but makes numpy warn.
+        with np.errstate(all="ignore"):
+            return self._time_loops(call, check_label)
+
+    def _time_loops(self, call: Callable[[], None], check_label: str) -> Outcome:
+        policy = self.policy
+        probe = max(agree(self.world, lambda: self._timed(call, 1), share=True))
+        warmup = policy.warmup_for(probe)
+        if warmup:
+            probe = max(agree(self.world, lambda: self._timed(call, warmup), share=True))
+        iters = policy.iters_for(probe)
+
+        def repetitions() -> tuple[float, ...]:
+            return summarize([self._timed(call, iters) for _ in range(policy.reps)]).as_tuple()
+
+        per_rank = [Stats(*t) for t in agree(self.world, repetitions, share=True)]
+        stats, worst = slowest_of(per_rank)
+        return Outcome("ok", check_label, stats=stats, slowest_rank=worst, iters=iters,
+                       warmup=warmup, reps=policy.reps)

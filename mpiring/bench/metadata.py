@@ -1,0 +1,121 @@
+"""The metadata block of a run: machine, software versions, command line, settings.
+
+:func:`collect` is collective (every rank reports its GPU); the rest is local.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import socket
+import sys
+from typing import Any
+
+import numpy as np
+
+ENV_PREFIXES = ("NCCL_", "MPIRING_", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_", "MPICH_", "OMPI_MCA",
+                "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_GPUS")
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+    except Exception:  # noqa: BLE001 - absent or broken: report nothing
+        return None
+    return getattr(mod, "__version__", None)
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def gpu_of_this_rank() -> dict[str, Any] | None:
+    """Name, PCI bus id and memory of this rank's current GPU (None without CuPy/GPU)."""
+    try:
+        import cupy
+
+        dev = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"]
+        return {
+            "device": dev.id,
+            "name": name.decode() if isinstance(name, bytes) else str(name),
+            "pci_bus_id": dev.pci_bus_id,
+            "memory_bytes": int(props.get("totalGlobalMem", 0)),
+        }
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def cuda_versions() -> dict[str, Any]:
+    """CUDA runtime and driver, CuPy and NCCL versions, where present."""
+    out: dict[str, Any] = {}
+    try:
+        import cupy
+    except Exception:  # noqa: BLE001
+        return out
+    out["cupy"] = cupy.__version__
+    try:
+        out["cuda_runtime"] = _cuda_version(cupy.cuda.runtime.runtimeGetVersion())
+        out["cuda_driver"] = _cuda_version(cupy.cuda.runtime.driverGetVersion())
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        from cupy.cuda import nccl
+
+        v = nccl.get_version()
+        out["nccl"] = f"{v // 10000}.{(v % 10000) // 100}.{v % 100}" if v >= 10000 else str(v)
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            out["nvidia_driver"] = f.readline().strip()
+    except OSError:
+        pass
+    return out
+
+
+def mpi_versions() -> dict[str, Any]:
+    from mpi4py import MPI
+
+    major, minor = MPI.Get_version()
+    return {
+        "mpi_library": " ".join(MPI.Get_library_version().replace("\0", "").split("\n")[0]
+                                .split()),
+        "mpi_standard": f"{major}.{minor}",
+        "mpi4py": _version("mpi4py"),
+    }
+
+
+def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
+            argv: list[str]) -> dict[str, Any]:
+    """Collective: the metadata of this run (every rank gets the same dict)."""
+    gpus = world.allgather(gpu_of_this_rank() if mode == "gpu" else None)
+    hosts = world.allgather(socket.gethostname())
+    import mpiring
+
+    meta: dict[str, Any] = {
+        "benchmark": "allreduce",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "hostname": hosts[0],
+        "hosts": sorted(set(hosts)),
+        "world_size": world.size,
+        "mode": mode,
+        "memory": space,
+        "command": shlex.join([sys.executable, "-m", "mpiring.bench", *argv]),
+        "gpus": [g for g in gpus] if mode == "gpu" else [],
+        "gpu_names": sorted({g["name"] for g in gpus if g}) if mode == "gpu" else [],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "mpiring": getattr(mpiring, "__version__", None),
+        "numpy": np.__version__,
+        **mpi_versions(),
+        **cuda_versions(),
+        "torch": _version("torch") if "torch" in sys.modules else None,
+        "environment": {k: v for k, v in sorted(os.environ.items())
+                        if k.startswith(ENV_PREFIXES)},
+        "settings": settings,
+    }
+    return meta

@@ -1,0 +1,109 @@
+"""Result rows and their files: CSV (one row per algo x size x batches x placement) and JSON
+(the same rows plus a metadata block). Pure code apart from file I/O.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Row:
+    """One benchmark point. Times are the slowest rank's per-iteration figures in
+    microseconds over the timed repetitions; bandwidths in GB/s (1e9 bytes/s), computed
+    from the median time; ``speedup`` = baseline median time / this median time."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    op: str
+    algo: str
+    batches: str  # "-" (not applicable), "auto", or a number
+    placement: str  # "out" or "in"
+    nranks: int
+    status: str  # ok, fail, error, unavailable, skipped
+    check: str  # OK, FAIL, off, -
+    time_us: float | None = None  # median
+    mean_us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    std_us: float | None = None
+    algbw_gbs: float | None = None
+    busbw_gbs: float | None = None
+    speedup: float | None = None
+    baseline: str = ""
+    iters: int | None = None
+    warmup: int | None = None
+    reps: int | None = None
+    slowest_rank: int | None = None
+    note: str = ""
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "ok" and self.time_us is not None
+
+
+FIELDS = [f.name for f in fields(Row)]
+_INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank"}
+_FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
+                 "speedup"}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def row_dict(row: Row) -> dict[str, Any]:
+    return {k: _clean(v) for k, v in asdict(row).items()}
+
+
+def _parse(name: str, text: str) -> Any:
+    if name in _INT_FIELDS:
+        return int(text) if text != "" else None
+    if name in _FLOAT_FIELDS:
+        return float(text) if text != "" else None
+    return text
+
+
+def write_csv(path: str | Path, rows: list[Row]) -> Path:
+    path = Path(path)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: "" if v is None else v for k, v in row_dict(row).items()})
+    return path
+
+
+def read_csv(path: str | Path) -> list[Row]:
+    with Path(path).open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [n for n in ("size_bytes", "algo", "busbw_gbs", "time_us")
+                   if n not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path} is not an mpiring.bench CSV (no column {missing[0]})")
+        rows = []
+        for rec in reader:
+            known = {k: _parse(k, v or "") for k, v in rec.items() if k in FIELDS}
+            rows.append(Row(**known))
+    return rows
+
+
+def write_json(path: str | Path, rows: list[Row], metadata: dict[str, Any]) -> Path:
+    path = Path(path)
+    doc = {"metadata": metadata, "fields": FIELDS, "results": [row_dict(r) for r in rows]}
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+    return path
+
+
+def read_json(path: str | Path) -> tuple[list[Row], dict[str, Any]]:
+    doc = json.loads(Path(path).read_text())
+    rows = [Row(**{k: v for k, v in rec.items() if k in FIELDS}) for rec in doc["results"]]
+    return rows, doc.get("metadata", {})
