@@ -20,7 +20,6 @@ from .buffers import Buffer, Memory, check_pair, describe
 from .errors import (
     CommunicatorClosedError,
     InvalidArgumentError,
-    MpiringError,
     SetupError,
     UnavailableError,
 )
@@ -111,11 +110,13 @@ class Communicator:
         host_slot = DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
         self._host = RingPipeline(HostTransport(self.node, host_slot, self.timeout))
         self._gpu = None
-        use_gpu = cuda.available() if gpu is None else gpu
+        use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = bool(self.comm.allreduce(int(bool(use_gpu)), op=MPI.MIN))
         if gpu and not use_gpu:
             self._host.transport.close()
+            self.node.Free()
+            self.comm.Free()
             raise UnavailableError(
                 "gpu=True but CuPy or a CUDA GPU is missing on some rank: install mpiring[cuda12] "
                 "or mpiring[cuda13] and run where every rank sees a GPU"
@@ -125,6 +126,8 @@ class Communicator:
                 self._gpu = cuda.GpuContext(self.comm, self.node, device, slot_bytes, self.timeout)
             except BaseException:
                 self._host.transport.close()
+                self.node.Free()
+                self.comm.Free()
                 raise
         self._closed = False
         log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, use_gpu)
@@ -207,7 +210,7 @@ class Communicator:
             return
         try:
             self._dispatch(algo, None if in_place else send, recv, the_op, nb)
-        except MpiringError as err:
+        except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
             self._failed = f"{type(err).__name__}: {err}"
             raise
 
@@ -262,6 +265,21 @@ class Communicator:
             self._run_ring(g.pipeline, send, recv, recv, op, batches, g.current_stream())
         else:
             self._gpu.baseline(algo, send, recv, op, batches)
+
+    def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
+                    algorithm: str | None = None, batches: int | None = None) -> int | None:
+        """The mini-batch count a call of ``count`` elements would run with (None for
+        algorithms without mini-batches): the request or default, raised to fit the slots."""
+        algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
+        on_gpu = self.gpu if gpu is None else gpu
+        dtype = np.dtype(dtype)
+        if algo == "ring":
+            link = (self._gpu.pipeline if on_gpu else self._host).transport
+            return choose_batches(count, self.size, link.slot_capacity(dtype), batches,
+                                  default_batches(count * dtype.itemsize, self.size))
+        if algo == "nccl-ring":
+            return self._gpu.ring_batches(count, dtype, batches)
+        return None
 
     def _run_ring(self, pipeline: RingPipeline, send: Any, recv: Any, desc: Buffer, op: Op,
                   batches: int | None, stream: Any) -> None:

@@ -73,9 +73,6 @@ class NcclBaselines:
         self.ops = {Op.SUM: nccl.NCCL_SUM, Op.PROD: nccl.NCCL_PROD, Op.MAX: nccl.NCCL_MAX,
                     Op.MIN: nccl.NCCL_MIN}
 
-    def staging_capacity(self, dtype: np.dtype) -> int:
-        return self.staging.nbytes // np.dtype(dtype).itemsize
-
     def allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """``ncclAllReduce`` on raw pointers (``send == recv`` for in place)."""
         self.comm.allReduce(send, recv, count, self.dtypes[dtype.name], self.ops[op], stream.ptr)

@@ -77,7 +77,8 @@ def columns(baseline: str) -> list[Column]:
         ("type", 8, lambda r: r.dtype),
         ("op", 4, lambda r: r.op),
         ("algo", 9, lambda r: Text(r.algo, style="bold" if r.algo == "ring" else "")),
-        ("batches", 7, lambda r: r.batches),
+        ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
+                                 else f"auto:{r.batches_used}"),
         ("place", 5, lambda r: r.placement),
         ("time\n(us)", 9, lambda r: fmt_time(r.time_us)),
         ("min\n(us)", 9, lambda r: fmt_time(r.min_us)),

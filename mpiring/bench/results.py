@@ -23,7 +23,7 @@ class Row:
     dtype: str
     op: str
     algo: str
-    batches: str  # "-" (not applicable), "auto", or a number
+    batches: str  # as asked: "-" (not applicable), "auto", or a number
     placement: str  # "out" or "in"
     nranks: int
     status: str  # ok, fail, error, unavailable, skipped
@@ -41,6 +41,7 @@ class Row:
     warmup: int | None = None
     reps: int | None = None
     slowest_rank: int | None = None
+    batches_used: int | None = None  # the mini-batch count the calls ran with
     note: str = ""
 
     @property
@@ -49,7 +50,8 @@ class Row:
 
 
 FIELDS = [f.name for f in fields(Row)]
-_INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank"}
+_INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
+               "batches_used"}
 _FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
                  "speedup"}
 

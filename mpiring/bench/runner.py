@@ -140,7 +140,9 @@ def _fits(sw: Sweep, count: int) -> tuple[bool, str]:
 def _row(sw: Sweep, p: Point, out: Outcome) -> Row:
     row = Row(size_bytes=p.nbytes, count=p.count, dtype=p.dtype, op=p.op, algo=p.algo,
               batches=p.batches_label, placement=p.placement, nranks=sw.world.size,
-              status=out.status, check=out.check, note=out.note, baseline=sw.baseline)
+              status=out.status, check=out.check, note=out.note, baseline=sw.baseline,
+              batches_used=sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu",
+                                               algorithm=p.algo, batches=p.call_batches))
     s = out.stats
     if s is not None:
         row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6

@@ -60,10 +60,14 @@ class GpuContext:
                                                     self._cupy.cuda.runtime.memcpyDeviceToDevice,
                                                     stream.ptr)
             return
-        nb = choose_batches(recv.count, self.comm.size, self._nccl.staging_capacity(recv.dtype),
-                            batches, 1)
+        nb = self.ring_batches(recv.count, recv.dtype, batches)
         self._nccl.ring(RingPlan(self.comm.size, recv.count, nb), src, recv.address, recv.dtype,
                         op, stream)
+
+    def ring_batches(self, count: int, dtype, batches: int | None) -> int:
+        """Mini-batches of nccl-ring: as asked (default 1), raised so a chunk fits the staging."""
+        capacity = self.slot_bytes // dtype.itemsize
+        return choose_batches(count, self.comm.size, capacity, batches, 1)
 
     def close(self) -> None:
         if self._nccl is not None:

@@ -1,0 +1,44 @@
+"""Suite-wide hooks: tests under tests/gpu/ (and gpu-marked tests) need CuPy and a CUDA GPU.
+
+tests/gpu/conftest.py skips its whole directory without CuPy; this catches the rest.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+# CI explores the same examples on every run (no flaky reds); locally hypothesis keeps exploring.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
+
+GPU_DIR = Path(__file__).parent / "gpu"
+HAVE_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+def _gpu_count() -> int:
+    """CUDA devices CuPy sees; 0 when CuPy or a driver is missing."""
+    if not HAVE_CUPY:
+        return 0
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no driver, no device, broken install
+        return 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip GPU tests where no GPU can run them."""
+    gpu_items = [item for item in items
+                 if item.get_closest_marker("gpu") is not None or GPU_DIR in item.path.parents]
+    if not gpu_items or _gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA GPU")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -1,0 +1,173 @@
+"""Helpers for tests that run on every rank at once: collective verdicts, data, references, checks.
+
+Every check here ends in a collective verdict, so that all ranks pass or fail a test together and
+stay in step for the next one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiring.ops import Op, is_integer, tolerance
+
+world = MPI.COMM_WORLD
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64),
+          np.dtype(np.int32), np.dtype(np.int64), BF16]
+OPS = list(Op)
+MODES = ["out", "in_place", "none", "same", "new"]
+
+
+def all_ok(failures: list[str], comm: MPI.Intracomm = world) -> None:
+    """Fail on every rank when any rank reported a problem; pass on every rank otherwise."""
+    gathered = comm.allgather(failures)
+    lines = [f"rank {r}: {m}" for r, fs in enumerate(gathered) for m in fs]
+    if lines:
+        more = f"\n... and {len(lines) - 30} more" if len(lines) > 30 else ""
+        pytest.fail(f"{len(lines)} problem(s):\n" + "\n".join(lines[:30]) + more, pytrace=False)
+
+
+def attempt(fn: Callable[[], Any]) -> BaseException | None:
+    """Run ``fn``; return what it raised, or None."""
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - judged by the caller, collectively
+        return err
+    return None
+
+
+def expect_raised(err: BaseException | None, cls: type[BaseException], *fragments: str) -> list[str]:
+    """Problems with ``err`` if it is not a ``cls`` whose message holds every fragment."""
+    if err is None:
+        return [f"expected {cls.__name__}, nothing was raised"]
+    if not isinstance(err, cls):
+        return [f"expected {cls.__name__}, got {type(err).__name__}: {err}"]
+    return [f"{cls.__name__} message lacks {f!r}: {err}" for f in fragments if f not in str(err)]
+
+
+def poison(dtype: np.dtype) -> Any:
+    """A value no test input ever reduces to: NaN for floats, the most negative integer else."""
+    return np.iinfo(dtype).min if is_integer(dtype) else np.nan
+
+
+def make_input(dtype: np.dtype, op: Op, count: int, seed: int, rank: int | None = None) -> np.ndarray:
+    """This rank's input: values whose reduction is representable, differing from rank to rank."""
+    rank = world.rank if rank is None else rank
+    rng = np.random.default_rng([seed, rank, count, int(op)])
+    dtype = np.dtype(dtype)
+    if is_integer(dtype):
+        info = np.iinfo(dtype)
+        if op is Op.SUM:
+            span = 2**20 if dtype.itemsize == 4 else 2**40
+            return rng.integers(-span, span, count, dtype=dtype, endpoint=True)
+        if op is Op.PROD:
+            return (rng.integers(1, 10, count) * rng.choice([-1, 1], count)).astype(dtype)
+        return rng.integers(info.min + 1, info.max, count, dtype=dtype, endpoint=True)
+    if op is Op.PROD:
+        values = rng.uniform(0.5, 2.0, count) * rng.choice([-1.0, 1.0], count)
+    else:  # a spread of magnitudes, float16 subnormals included
+        values = rng.uniform(-1.0, 1.0, count) * np.exp2(rng.integers(-14, 10, count))
+    return values.astype(dtype)
+
+
+def gather_inputs(x: np.ndarray, comm: MPI.Intracomm = world) -> np.ndarray:
+    """Every rank's ``x`` (same count and dtype everywhere), as an array of shape (size, count)."""
+    raw = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+    out = np.empty(comm.size * raw.size, dtype=np.uint8)
+    comm.Allgather(raw, out)
+    return out.view(x.dtype).reshape(comm.size, x.size)
+
+
+def tiny(dtype: np.dtype) -> float:
+    """The smallest subnormal of a floating type: the absolute rounding step near zero."""
+    info = ml_dtypes.finfo(dtype) if dtype == BF16 else np.finfo(dtype)
+    return float(info.smallest_subnormal)
+
+
+def check_result(out: np.ndarray, stack: np.ndarray, op: Op, label: str) -> list[str]:
+    """Compare ``out`` element by element with the reduction of ``stack`` (every rank's input).
+
+    Integers must be exact (wrapping like the element type), max/min exact, one rank exact, and
+    floating sums and products within ``tolerance(dtype, n)`` of sum|x| (resp. |prod|), plus
+    one smallest subnormal per rounding for results near zero.
+    """
+    dtype, n = stack.dtype, stack.shape[0]
+    flat = np.ascontiguousarray(out).reshape(-1)  # logical order, as gather_inputs
+    if out.dtype != dtype or flat.size != stack.shape[1]:
+        return [f"{label}: result is {out.dtype}[{flat.size}], expected {dtype}[{stack.shape[1]}]"]
+    if flat.size == 0:
+        return []
+    if is_integer(dtype):
+        want = op.ufunc.reduce(stack.astype(np.int64), axis=0).astype(dtype)
+        bad = np.flatnonzero(flat != want)
+        got_values = flat
+    else:
+        wide = stack.astype(np.longdouble)
+        want = op.ufunc.reduce(wide, axis=0)
+        got_values = flat.astype(np.longdouble)
+        if op in (Op.MAX, Op.MIN) or n == 1:
+            allowed = np.zeros_like(want)
+        else:
+            scale = np.abs(wide).sum(axis=0) if op is Op.SUM else np.abs(want)
+            allowed = tolerance(dtype, n) * scale + (n - 1) * tiny(dtype)
+        ok = np.abs(got_values - want) <= allowed  # False for NaN (the poison)
+        bad = np.flatnonzero(~ok)
+    if bad.size == 0:
+        return []
+    shown = bad[:8]
+    return [f"{label}: {bad.size} of {flat.size} elements wrong, first at {shown.tolist()}: "
+            f"got {got_values[shown].tolist()}, want {want[shown].tolist()}"]
+
+
+def check_identical(out: np.ndarray, label: str, comm: MPI.Intracomm = world) -> list[str]:
+    """Problems if this rank's result is not bitwise identical to rank 0's."""
+    mine = np.ascontiguousarray(out).reshape(-1).view(np.uint8)
+    root = mine.copy()
+    comm.Bcast(root, root=0)
+    diff = np.flatnonzero(mine != root)
+    if diff.size == 0:
+        return []
+    return [f"{label}: result differs from rank 0's in {diff.size} bytes, first at byte {int(diff[0])}"]
+
+
+def run_allreduce(comm: Any, x: np.ndarray, op: Op, mode: str, **kwargs: Any) -> tuple[np.ndarray, list[str]]:
+    """Allreduce a copy of ``x`` in ``mode``; return the result and problems with the input's fate.
+
+    Outputs are poisoned first; out-of-place inputs must come back unchanged.
+    """
+    problems: list[str] = []
+    keep = x.copy()
+    if mode == "out":
+        out = np.full_like(x, poison(x.dtype))
+        comm.Allreduce(x, out, op, **kwargs)
+    elif mode == "new":
+        out = comm.allreduce(x, op, **kwargs)
+    else:
+        out = x  # in place: the input is the output
+        send = {"in_place": MPI.IN_PLACE, "none": None, "same": out}[mode]
+        comm.Allreduce(send, out, op, **kwargs)
+    if mode in ("out", "new"):
+        if out is x or np.shares_memory(out, x):
+            problems.append(f"{mode}: the result aliases the input")
+        if x.tobytes() != keep.tobytes():
+            problems.append(f"{mode}: the input was modified")
+    return out, problems
+
+
+def reduce_and_check(comm: Any, dtype: np.dtype, op: Op, count: int, mode: str, seed: int,
+                     label: str, identical: bool = True, **kwargs: Any) -> list[str]:
+    """One verified call: make inputs, gather them, reduce, check every element and every rank."""
+    x = make_input(dtype, op, count, seed)
+    stack = gather_inputs(x)
+    out, problems = run_allreduce(comm, x, op, mode, **kwargs)
+    problems += check_result(out, stack, op, label)
+    if identical:
+        problems += check_identical(out, label)
+    return problems
+

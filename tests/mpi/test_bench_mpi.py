@@ -1,0 +1,136 @@
+"""python -m mpiring.bench on real ranks (host transport): the whole run end to end, and the
+benchmark's cross-rank agreement when one rank fails or computes a wrong result.
+
+Run:  mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_bench_mpi.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiring.bench.__main__ import main
+from mpiring.bench.arrays import HostSpace
+from mpiring.bench.data import InputGenerator
+from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, TimingPolicy
+from mpiring.bench.stats import bus_factor
+
+pytestmark = pytest.mark.mpi(min_size=2)
+
+world = MPI.COMM_WORLD
+
+
+def verdict(problems: list[str]) -> None:
+    """Fail on every rank if any rank found a problem."""
+    lines = [f"rank {r}: {p}" for r, ps in enumerate(world.allgather(problems)) for p in ps]
+    if lines:
+        pytest.fail("\n".join(lines), pytrace=False)
+
+
+@pytest.fixture
+def shared_dir():
+    """One temporary directory for all ranks (rank 0's, broadcast)."""
+    tmp = tempfile.TemporaryDirectory(prefix="mpiring-bench-") if world.rank == 0 else None
+    path = Path(world.bcast(tmp.name if tmp else None, root=0))
+    yield path
+    world.Barrier()
+    if tmp:
+        tmp.cleanup()
+
+
+def test_host_bench_end_to_end(shared_dir):
+    status = main(["-b", "1K", "-e", "64K", "--output-dir", str(shared_dir), "--name", "mpi",
+                   "--time-budget", "0.01", "--reps", "3", "--placement", "out,in",
+                   "--progress", "off"])
+    problems = [] if status == 0 else [f"exit status {status}"]
+    world.Barrier()
+    csvs = sorted(shared_dir.glob("mpi_*.csv"))
+    jsons = sorted(shared_dir.glob("mpi_*.json"))
+    if len(csvs) != 1 or len(jsons) != 1 or len(list(shared_dir.glob("mpi_*.png"))) != 1:
+        problems.append(f"files: {sorted(p.name for p in shared_dir.iterdir())}")
+        verdict(problems)
+    with csvs[0].open() as f:
+        rows = list(csv.DictReader(f))
+    sizes = [1 << e for e in range(10, 17)]
+    want = {(s, a, p) for s in sizes for a in ("mpi", "ring") for p in ("out", "in")}
+    got = {(int(r["size_bytes"]), r["algo"], r["placement"]) for r in rows}
+    if got != want or len(rows) != len(want):
+        problems.append(f"rows {sorted(got)} != {sorted(want)}")
+    for r in rows:
+        where = f"{r['size_bytes']} {r['algo']} {r['placement']}"
+        if (r["status"], r["check"]) != ("ok", "OK"):
+            problems.append(f"{where}: status {r['status']} check {r['check']}: {r['note']}")
+            continue
+        if int(r["nranks"]) != world.size or int(r["count"]) * 4 != int(r["size_bytes"]):
+            problems.append(f"{where}: nranks {r['nranks']} count {r['count']}")
+        t, alg, bus = float(r["time_us"]), float(r["algbw_gbs"]), float(r["busbw_gbs"])
+        if not float(r["min_us"]) <= t <= float(r["max_us"]):
+            problems.append(f"{where}: median {t} outside [min, max]")
+        if abs(alg - int(r["size_bytes"]) / (t * 1e-6) / 1e9) > 1e-9 * max(alg, 1):
+            problems.append(f"{where}: algbw {alg} != bytes/time")
+        if abs(bus - alg * bus_factor(world.size)) > 1e-9 * max(bus, 1):
+            problems.append(f"{where}: busbw {bus} != algbw * 2(n-1)/n")
+        if r["algo"] == "mpi" and float(r["speedup"]) != 1.0:
+            problems.append(f"{where}: baseline speed-up {r['speedup']}")
+    meta = json.loads(jsons[0].read_text())["metadata"]
+    if meta["world_size"] != world.size or meta["mode"] != "host":
+        problems.append(f"metadata {meta['world_size']} {meta['mode']}")
+    for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date"):
+        if not meta.get(key):
+            problems.append(f"metadata lacks {key}")
+    verdict(problems)
+
+
+class OneRankMisbehaves:
+    """A communicator stand-in: a true allreduce through MPI, except on rank ``bad``."""
+
+    def __init__(self, mode: str, bad: int = 1) -> None:
+        self.mode, self.bad, self.check = mode, bad, True
+
+    def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        if self.mode == "raise":  # raised before any communication, so nobody waits
+            if world.rank == self.bad:
+                raise RuntimeError("injected failure")
+            return
+        world.Allreduce(send, recv, op=op)
+        if self.mode == "wrong" and world.rank == self.bad:
+            recv[-1] += 1
+
+
+def measure_with(mode: str):
+    space = HostSpace(world.size)
+    count = 4096
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), world.size, seed=11)
+    bufs = SizeBuffers(space, gen, count, world.rank, cache=True)
+    m = PointMeasurer(world, OneRankMisbehaves(mode), space, TimingPolicy(budget_s=0.01, reps=2),
+                      check=True, time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    return m.measure(Point(4 * count, count, "float32", "sum", "mpi", None, "out"), bufs)
+
+
+def test_true_allreduce_passes():
+    out = measure_with("good")
+    verdict([] if (out.status, out.check) == ("ok", "OK") else [f"{out.status}: {out.note}"])
+
+
+def test_wrong_result_on_one_rank_fails_on_all():
+    out = measure_with("wrong")
+    problems = []
+    if (out.status, out.check) != ("fail", "FAIL") or out.stats is not None:
+        problems.append(f"outcome {out.status}/{out.check}")
+    if not out.errors or not all(e.startswith("rank 1: wrong result: 1 of 4096") for e in out.errors):
+        problems.append(f"errors {out.errors}")
+    verdict(problems)
+
+
+def test_exception_on_one_rank_is_an_error_on_all():
+    out = measure_with("raise")
+    problems = []
+    if out.status != "error" or out.errors != ["rank 1: RuntimeError: injected failure"]:
+        problems.append(f"outcome {out.status}: {out.errors}")
+    verdict(problems)

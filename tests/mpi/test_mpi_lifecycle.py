@@ -1,0 +1,222 @@
+"""Communicator lifetime and robustness: closing, options, stragglers and timeouts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from mpi_support import DTYPES, all_ok, attempt, expect_raised, reduce_and_check
+
+import mpiring
+from mpiring import (
+    CommunicatorClosedError,
+    InvalidArgumentError,
+    MpiringTimeoutError,
+    UnavailableError,
+)
+from mpiring.ops import Op
+
+pytestmark = pytest.mark.mpi(min_size=1)
+
+
+def new_comm(world: MPI.Intracomm, **kwargs: Any) -> mpiring.Communicator:
+    """A fresh host communicator with small slots."""
+    return mpiring.Communicator(world, **{"gpu": False, "slot_bytes": 4096, "timeout": 60, **kwargs})
+
+
+def test_close_then_use(world: MPI.Intracomm) -> None:
+    """After close every call raises CommunicatorClosedError; closing twice is fine."""
+    comm = new_comm(world)
+    problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 500, "out", seed=1, label="before close")
+    assert not comm.closed and "open" in repr(comm)
+    comm.close()
+    assert comm.closed and "closed" in repr(comm)
+    for label, call in [("Allreduce", lambda: comm.Allreduce(np.ones(3), np.zeros(3))),
+                        ("in place", lambda: comm.Allreduce(MPI.IN_PLACE, np.zeros(3))),
+                        ("allreduce", lambda: comm.allreduce(np.ones(3)))]:
+        problems += [f"{label}: {p}" for p in expect_raised(
+            attempt(call), CommunicatorClosedError, "this communicator is closed")]
+    comm.close()
+    all_ok(problems)
+
+
+def test_context_manager(world: MPI.Intracomm) -> None:
+    """``with`` closes the communicator, also when the body raises."""
+    with new_comm(world) as comm:
+        problems = reduce_and_check(comm, np.dtype(np.float32), Op.MAX, 777, "in_place", seed=2, label="with")
+    if not comm.closed:
+        problems.append("not closed after the with block")
+    with pytest.raises(KeyError), new_comm(world) as inner:
+        raise KeyError("boom")
+    if not inner.closed:
+        problems.append("not closed after an exception in the with block")
+    all_ok(problems)
+
+
+def test_many_communicators(world: MPI.Intracomm) -> None:
+    """Communicators can be created and closed over and over, and several live at once."""
+    problems = []
+    comms = [new_comm(world, slot_bytes=4096 * (i + 1)) for i in range(3)]
+    for i in range(30):
+        comm = comms[i % 3]
+        problems += reduce_and_check(comm, DTYPES[i % len(DTYPES)], Op.SUM, 100 + 37 * i, "out", seed=i,
+                                     label=f"interleaved {i}")
+    for comm in comms:
+        comm.close()
+    for i in range(200):
+        with new_comm(world) as comm:
+            if i % 50 == 0:
+                problems += reduce_and_check(comm, np.dtype(np.int32), Op.SUM, 300, "out", seed=i,
+                                             label=f"fresh {i}")
+    all_ok(problems)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"timeout": 0}, "timeout must be positive, got 0"),
+        ({"timeout": -1.5}, "timeout must be positive, got -1.5"),
+        ({"algorithm": "tree"}, "unknown algorithm 'tree'"),
+        ({"batches": 0}, "batches must be a positive integer or None, got 0"),
+        ({"batches": 2.5}, "batches must be a positive integer or None, got 2.5"),
+    ],
+)
+def test_constructor_rejects(world: MPI.Intracomm, kwargs: dict, message: str) -> None:
+    """Bad options are refused before any collective set-up."""
+    all_ok(expect_raised(attempt(lambda: new_comm(world, **kwargs)), InvalidArgumentError, message))
+
+
+def test_gpu_required_without_gpu(world: MPI.Intracomm) -> None:
+    """gpu=True without CuPy or a GPU raises UnavailableError, and leaks nothing: retrying is fine."""
+    if mpiring.cuda.available():  # the same verdict on every rank of one node
+        pytest.skip("a GPU is present: gpu=True would succeed")
+    problems: list[str] = []
+    for i in range(1200):  # MPICH runs out of communicator ids after ~1000 leaked ones
+        err = attempt(lambda: mpiring.Communicator(world, gpu=True))
+        if i % 100 == 0 or err is None or not isinstance(err, UnavailableError):
+            problems += expect_raised(err, UnavailableError, "gpu=True but CuPy or a CUDA GPU is missing")
+        if problems:
+            break
+    problems = [p for fs in world.allgather(problems) for p in fs]  # break together
+    if not problems:
+        with new_comm(world) as comm:
+            problems += reduce_and_check(comm, np.dtype(np.float64), Op.SUM, 100, "out", seed=5,
+                                         label="after failed gpu=True")
+    all_ok(problems)
+
+
+def test_environment_options(world: MPI.Intracomm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPIRING_CHECK and MPIRING_TIMEOUT set the defaults; a bad timeout is named."""
+    monkeypatch.setenv("MPIRING_CHECK", "0")
+    monkeypatch.setenv("MPIRING_TIMEOUT", "7.5")
+    problems = []
+    with mpiring.Communicator(world, gpu=False) as comm:
+        if comm.check is not False or comm.timeout != 7.5:
+            problems.append(f"env ignored: check={comm.check} timeout={comm.timeout}")
+        problems += reduce_and_check(comm, np.dtype(np.float64), Op.PROD, 3000, "out", seed=4,
+                                     label="check=0")
+    with mpiring.Communicator(world, gpu=False, check=True, timeout=3) as comm:
+        if comm.check is not True or comm.timeout != 3.0:
+            problems.append("explicit arguments must win over the environment")
+    monkeypatch.setenv("MPIRING_TIMEOUT", "soon")
+    problems += expect_raised(attempt(lambda: mpiring.Communicator(world, gpu=False)),
+                              InvalidArgumentError, "MPIRING_TIMEOUT='soon' is not a number of seconds")
+    all_ok(problems)
+
+
+def test_without_agreement_check(world: MPI.Intracomm) -> None:
+    """check=False gives the same results."""
+    with new_comm(world, check=False) as comm:
+        problems = []
+        for i, dtype in enumerate(DTYPES):
+            problems += reduce_and_check(comm, dtype, Op(i % 4 + 1), 5000 + i, "out", seed=i,
+                                         label=f"check=False {dtype.name}")
+    all_ok(problems)
+
+
+def test_default_batches_option(world: MPI.Intracomm) -> None:
+    """Communicator(batches=k) applies to every call that does not ask for its own."""
+    with mpiring.Communicator(world, gpu=False, batches=3, timeout=60) as comm:
+        before = comm._host.next_seq
+        problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 9000, "out", seed=8, label="batches=3")
+        used = comm._host.next_seq - before
+        if used != 2 * (comm.size - 1) * 3:
+            problems.append(f"{used} transfers, expected {2 * (comm.size - 1) * 3}")
+    all_ok(problems)
+
+
+def slow_down(link: Any, when: Callable[[], bool], rng: np.random.Generator) -> list[int]:
+    """Make ``link``'s transport steps sleep now and then while ``when()``; returns a sleep counter."""
+    slept = [0]
+
+    def wrap(method: Callable[..., None]) -> Callable[..., None]:
+        def slow(*args: Any) -> None:
+            if when() and rng.random() < 0.05:
+                pause = 0.03 if rng.random() < 0.03 else rng.uniform(0, 0.002)  # sometimes long
+                time.sleep(pause)
+                slept[0] += 1
+            method(*args)
+        return slow
+
+    for name in ("send", "fold", "wait_slot_free", "wait_slot_full", "post_slot_full", "post_slot_free"):
+        setattr(link, name, wrap(getattr(link, name)))
+    return slept
+
+
+def test_stragglers(world: MPI.Intracomm) -> None:
+    """A rank that stalls at random steps (a different one each call) never corrupts a result."""
+    shared = np.random.default_rng(99)  # the same plan of calls on every rank
+    local = np.random.default_rng([99, world.rank])
+    straggler = [0]
+    with new_comm(world) as comm:
+        slept = slow_down(comm._host.transport, lambda: comm.rank == straggler[0], local)
+        problems: list[str] = []
+        for i in range(60):
+            straggler[0] = int(shared.integers(world.size))
+            dtype = DTYPES[int(shared.integers(len(DTYPES)))]
+            op = Op(int(shared.integers(1, 5)))
+            mode = ["out", "in_place", "same", "new"][int(shared.integers(4))]
+            count = int(shared.integers(1, 20000))
+            problems += reduce_and_check(comm, dtype, op, count, mode, seed=500 + i,
+                                         label=f"straggler call {i} {op.name} {dtype.name}[{count}] {mode}")
+    sleepers = world.allgather(slept[0])
+    if world.size > 1 and sum(1 for s in sleepers if s) < 2:
+        problems.append(f"too few ranks straggled: sleeps per rank {sleepers}")
+    all_ok(problems)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> None:
+    """When one rank skips a call, the others raise MpiringTimeoutError naming whom they waited for."""
+    me, size = world.rank, world.size
+    skip = size - 1
+    victim = (skip + 1) % size  # the rank whose previous neighbour never sends
+    comm = new_comm(world, check=False, timeout=0.5, batches=1)
+    try:
+        problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 1000, "out", seed=3, label="warm-up")
+        base = comm._host.next_seq
+        start = time.monotonic()
+        err = None if me == skip else attempt(lambda: comm.Allreduce(np.ones(1000), np.zeros(1000)))
+        took = time.monotonic() - start
+        if me != skip:
+            problems += expect_raised(err, MpiringTimeoutError, f"rank {me} timed out after 0.5 s waiting "
+                                      "for rank", "(seq ")
+            if me == victim:
+                problems += expect_raised(err, MpiringTimeoutError,
+                                          f"waiting for rank {skip} to fill slot {base % 2} (seq {base})")
+            if not 0.5 <= took < 30:
+                problems.append(f"timed out after {took:.2f} s")
+            problems += expect_raised(attempt(lambda: comm.Allreduce(np.ones(10), np.zeros(10))),
+                                      CommunicatorClosedError, "failed earlier", "MpiringTimeoutError")
+            if "failed" not in repr(comm):
+                problems.append(f"repr does not show the failure: {comm!r}")
+    finally:
+        comm.close()  # collective, on every rank, whatever happened above
+    with new_comm(world) as fresh:  # the ranks are in step again
+        problems += reduce_and_check(fresh, np.dtype(np.float64), Op.SUM, 4321, "out", seed=6,
+                                     label="after timeout")
+    all_ok(problems)

@@ -1,0 +1,107 @@
+"""mpiring.bench on one GPU (skipped without CuPy and a GPU): the CuPy/torch memory spaces,
+device-side generation matching the host's, poison and mismatch reports, CUDA-event timing,
+and the measurer's check on device buffers."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiring.bench.arrays import CupySpace, HostSpace, TorchBf16Space
+from mpiring.bench.data import DTYPE_NAMES, InputGenerator, resolve_dtype
+from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, TimingPolicy
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def space_for(name):
+    if name == "bfloat16":
+        if not HAVE_TORCH:
+            pytest.skip("bfloat16 GPU buffers need torch")
+        return TorchBf16Space()
+    return CupySpace()
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_device_generation_matches_host(op):
+    host = InputGenerator(np, op, np.dtype(np.float32), 4, seed=99)
+    dev = InputGenerator(cp, op, np.dtype(np.float32), 4, seed=99)
+    start = (1 << 32) - 1000  # across the 2**32 block boundary, in two pieces
+    for s, e in ((0, 5000), (start, 1 << 32), (1 << 32, (1 << 32) + 777)):
+        assert np.array_equal(host.values(2, s, e), cp.asnumpy(dev.values(2, s, e)))
+        assert np.array_equal(host.expected(s, e), cp.asnumpy(dev.expected(s, e)))
+
+
+@pytest.mark.parametrize("name", DTYPE_NAMES)
+def test_device_space_poison_store_and_mismatch(name):
+    dtype = resolve_dtype(name)
+    space = space_for(name)
+    want = cp.arange(-500, 500, dtype=cp.int32)
+    buf = space.empty(1000, dtype)
+    space.poison(buf)
+    space.synchronize()
+    bad = space.mismatches(buf, 0, want)
+    assert bad is not None and bad.count == 1000 and bad.index == 0
+    space.store(buf, 0, want)
+    assert space.mismatches(buf, 0, want) is None
+    other = space.empty(1000, dtype)
+    space.copy(other, buf)
+    buf[123] = 7777 if name != "bfloat16" else 77.0
+    bad = space.mismatches(buf, 0, want)
+    assert (bad.count, bad.index, bad.expected) == (1, 123, -377)
+    assert space.mismatches(other, 0, want) is None
+    assert space.free_bytes() > 0
+
+
+def test_cuda_timer_measures_device_work():
+    space = CupySpace()
+    timer = space.timer()
+    x = cp.ones(1 << 26, dtype=cp.float32)
+    timer.start()
+    for _ in range(20):
+        x *= 1.0001
+    t = timer.stop()
+    assert 0 < t < 5
+
+
+class DeviceFake:
+    """A one-rank allreduce on the device that can go wrong."""
+
+    def __init__(self, wrong: bool) -> None:
+        self.wrong, self.check = wrong, True
+
+    def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        if send is not MPI.IN_PLACE:
+            cp.copyto(recv, send)
+        if self.wrong:
+            recv[-1] += 1
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+@pytest.mark.parametrize("placement", ["out", "in"])
+def test_measure_on_device(wrong, placement):
+    space = CupySpace()
+    count = (1 << 24) + 5  # two generation pieces
+    gen = InputGenerator(cp, "sum", np.dtype(np.float16), 1, seed=4)
+    bufs = SizeBuffers(space, gen, count, rank=0, cache=False)
+    m = PointMeasurer(MPI.COMM_SELF, DeviceFake(wrong), space, TimingPolicy(budget_s=0.01),
+                      check=True, time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    out = m.measure(Point(2 * count, count, "float16", "sum", "ring", "auto", placement), bufs)
+    if wrong:
+        assert out.status == "fail" and f"first at index {count - 1}" in out.note
+    else:
+        assert (out.status, out.check) == ("ok", "OK") and out.stats.median > 0
+
+
+def test_host_and_device_agree_on_expected_in_dtype():
+    host = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float16), 8, seed=1)
+    buf = host.empty(4096, np.float16)
+    host.store(buf, 0, gen.expected(0, 4096))
+    dev = InputGenerator(cp, "sum", np.dtype(np.float16), 8, seed=1)
+    assert CupySpace().mismatches(cp.asarray(buf), 0, dev.expected(0, 4096)) is None

@@ -1,0 +1,152 @@
+"""mpiring.bench.measure on one rank: the check runs first and keeps wrong results from being
+timed; errors and unavailability become outcomes; iteration planning; a serial end-to-end run.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpiring
+from mpiring.bench.arrays import HostSpace
+from mpiring.bench.data import InputGenerator
+from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, TimingPolicy
+
+COUNT = 1000
+
+
+class FakeComm:
+    """Stands in for mpiring.Communicator on one rank, misbehaving on request."""
+
+    def __init__(self, mode: str = "good") -> None:
+        self.mode = mode
+        self.check = True
+        self.calls = 0
+        self.checked_calls = 0
+
+    def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        self.calls += 1
+        self.checked_calls += int(self.check)
+        if self.mode == "unavailable":
+            raise mpiring.UnavailableError("no NCCL in this test")
+        if self.mode == "boom":
+            raise RuntimeError("boom")
+        if self.mode == "silent":
+            return  # writes nothing: the poison must show it
+        if send is not MPI.IN_PLACE:
+            np.copyto(recv, send)  # one rank: the allreduce is the input
+        if self.mode == "wrong":
+            recv[3] += 1
+        if self.mode == "clobber" and send is not MPI.IN_PLACE:
+            send[0] += 1
+
+
+def measure(mode="good", placement="out", check=True, dtype=np.float32, op="sum", **policy):
+    space = HostSpace()
+    gen = InputGenerator(np, op, np.dtype(dtype), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    comm = FakeComm(mode)
+    policy = TimingPolicy(**{"budget_s": 0.01, "reps": 3, **policy})
+    m = PointMeasurer(MPI.COMM_SELF, comm, space, policy, check=check, time_agreement=False,
+                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    point = Point(COUNT * np.dtype(dtype).itemsize, COUNT, np.dtype(dtype).name, op, "ring",
+                  "auto", placement)
+    return m.measure(point, bufs), comm
+
+
+@pytest.mark.parametrize("placement", ["out", "in"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32, np.int64])
+def test_correct_point_is_checked_then_timed(placement, dtype):
+    out, comm = measure(placement=placement, dtype=dtype)
+    assert (out.status, out.check) == ("ok", "OK"), out.note
+    s = out.stats
+    assert 0 < s.min <= s.median <= s.max and s.mean > 0 and s.std >= 0
+    assert out.reps == 3 and 1 <= out.iters <= 1000 and out.warmup >= 2
+    assert comm.calls == 1 + 1 + out.warmup + out.reps * out.iters
+    assert comm.checked_calls == 1  # the library's agreement check: checked call only
+    assert comm.check is True  # restored
+
+
+@pytest.mark.parametrize(("mode", "placement", "words"), [
+    ("wrong", "out", "1 of 1000 elements wrong, first at index 3"),
+    ("wrong", "in", "1 of 1000 elements wrong, first at index 3"),
+    ("silent", "out", "1000 of 1000 elements wrong, first at index 0: got nan"),
+    ("clobber", "out", "sendbuf modified: 1 of 1000"),
+])
+def test_wrong_results_fail_and_are_never_timed(mode, placement, words):
+    out, comm = measure(mode, placement)
+    assert (out.status, out.check) == ("fail", "FAIL")
+    assert out.stats is None and out.iters is None
+    assert comm.calls == 1
+    assert words in out.note and out.note.startswith("rank 0:")
+
+
+def test_integer_poison_catches_a_silent_call():
+    out, _ = measure("silent", dtype=np.int32)
+    assert out.status == "fail" and str(np.iinfo(np.int32).max) in out.note
+
+
+def test_unavailable_and_errors_become_outcomes():
+    out, _ = measure("unavailable")
+    assert out.status == "unavailable" and "no NCCL" in out.note and not out.needs_rebuild
+    out, _ = measure("boom")
+    assert out.status == "error" and "RuntimeError: boom" in out.note and out.needs_rebuild
+
+
+def test_no_check_times_without_checking():
+    out, comm = measure("wrong", check=False)
+    assert (out.status, out.check) == ("ok", "off")
+    assert comm.checked_calls == 0
+
+
+def test_fixed_iterations_and_warmup():
+    out, comm = measure(iters=4, warmup=2, reps=5)
+    assert (out.iters, out.warmup, out.reps) == (4, 2, 5)
+    assert comm.calls == 1 + 1 + 2 + 5 * 4
+
+
+def test_warmup_policy():
+    p = TimingPolicy(budget_s=0.15)
+    assert p.warmup_for(1e-6) == 50 and p.warmup_for(1.0) == 2
+    assert p.warmup_for(0.001) == 15
+    assert TimingPolicy(warmup=0).warmup_for(1.0) == 0
+    assert p.iters_for(1e-3) == 30 and TimingPolicy(iters=7).iters_for(1.0) == 7
+
+
+def test_real_communicator_one_rank():
+    comm = mpiring.Communicator(MPI.COMM_SELF, gpu=False)
+    try:
+        space = HostSpace()
+        gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=1)
+        bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+        m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01), check=True,
+                          time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+        for algo, batches in (("ring", "auto"), ("ring", 2), ("mpi", None)):
+            for place in ("out", "in"):
+                p = Point(4 * COUNT, COUNT, "float32", "sum", algo, batches, place)
+                out = m.measure(p, bufs)
+                assert (out.status, out.check) == ("ok", "OK"), out.note
+    finally:
+        comm.close()
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial end-to-end run")
+def test_serial_end_to_end(tmp_path):
+    from mpiring.bench.__main__ import main
+
+    status = main(["-b", "1K", "-e", "16K", "--output-dir", str(tmp_path), "--time-budget",
+                   "0.005", "--reps", "2", "--placement", "out,in", "--batches", "auto,2",
+                   "--name", "t", "--progress", "off", "--host"])
+    assert status == 0
+    csvs = list(tmp_path.glob("t_*.csv"))
+    assert len(csvs) == 1 and len(list(tmp_path.glob("t_*.json"))) == 1
+    assert len(list(tmp_path.glob("t_*.png"))) == 2  # main figure and batch sweep
+    with csvs[0].open() as f:
+        rows = list(csv.DictReader(f))
+    # 5 sizes x (mpi x 2 placements + ring x 2 batches x 2 placements)
+    assert len(rows) == 5 * 6
+    assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
+    assert {r["algo"] for r in rows} == {"mpi", "ring"}

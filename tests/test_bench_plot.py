@@ -1,0 +1,80 @@
+"""mpiring.bench.plot: figures from rows and from a saved CSV."""
+
+from __future__ import annotations
+
+import json
+
+from mpiring.bench import plot
+from mpiring.bench.results import Row, write_csv
+from mpiring.bench.stats import algbw, busbw
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring")) -> list[Row]:
+    rows = []
+    for e in range(10, 31, 2):
+        size = 1 << e
+        for algo in algos:
+            for b in (batches if algo != "nccl" else ("-",)):
+                k = 1 + (int(b) if b.isdigit() else 0) * 0.1
+                t = (10 + size / 150e3 * (1.2 if algo == "nccl" else 1.0)) / k
+                rows.append(Row(size, size // 4, "float32", "sum", algo, b, "out", 4, "ok", "OK",
+                                time_us=t, mean_us=t, min_us=0.9 * t, max_us=1.2 * t,
+                                std_us=0.05 * t, algbw_gbs=algbw(size, t * 1e-6),
+                                busbw_gbs=busbw(size, t * 1e-6, 4), baseline="nccl"))
+    rows.append(Row(1 << 32, 1 << 30, "float32", "sum", "ring", "auto", "out", 4, "skipped", "-"))
+    return rows
+
+
+def _is_png(path) -> bool:
+    return path.exists() and path.stat().st_size > 10_000 and path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_plot_results_writes_main_figure(tmp_path):
+    written = plot.plot_results(fake_rows(), {"gpu_names": ["NVIDIA H200"]}, tmp_path / "run")
+    assert written == [tmp_path / "run.png"]
+    assert _is_png(written[0])
+
+
+def test_batch_sweep_figure_when_several_batches(tmp_path):
+    written = plot.plot_results(fake_rows(batches=("1", "2", "4", "8")), {}, tmp_path / "run")
+    assert [p.name for p in written] == ["run.png", "run_batches.png"]
+    assert all(_is_png(p) for p in written)
+
+
+def test_main_series_picks_auto_or_best():
+    series = plot.main_series(fake_rows(batches=("auto", "2")))
+    ring = [s for s in series if s[1] == "ring"][0]
+    assert all(r.batches == "auto" for r in ring[3])
+    series = plot.main_series(fake_rows(batches=("1", "8")))
+    ring = [s for s in series if s[1] == "ring"][0]
+    assert "best batches" in ring[0] and all(r.batches == "8" for r in ring[3])
+
+
+def test_replot_from_csv_cli(tmp_path, capsys):
+    csv_path = write_csv(tmp_path / "saved.csv", fake_rows())
+    (tmp_path / "saved.json").write_text(json.dumps({"metadata": {"hostname": "h"}, "results": []}))
+    assert plot.main([str(csv_path)]) == 0
+    out = tmp_path / "saved.png"
+    assert _is_png(out)
+    assert str(out) in capsys.readouterr().out
+    assert plot.main([str(csv_path), "-o", str(tmp_path / "custom")]) == 0
+    assert _is_png(tmp_path / "custom.png")
+
+
+def test_replot_without_timed_rows_fails(tmp_path):
+    rows = [r for r in fake_rows() if r.status == "skipped"]
+    csv_path = write_csv(tmp_path / "empty.csv", rows)
+    assert plot.main([str(csv_path)]) == 1
+
+
+def test_size_axis_labels(tmp_path):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plot.size_axis(ax, [1 << 10, 8 << 30])
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert labels[-1] == "8\u2009GiB" and "KiB" in labels[0]
+    assert all(s[-3:] in ("KiB", "MiB", "GiB") for s in labels) and 3 <= len(labels) <= 10
+    plt.close(fig)

@@ -1,0 +1,68 @@
+"""mpiring.bench.results: CSV and JSON round trips."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from mpiring.bench.results import FIELDS, Row, read_csv, read_json, write_csv, write_json
+
+
+def sample_rows() -> list[Row]:
+    ok = Row(size_bytes=1 << 20, count=262144, dtype="float32", op="sum", algo="ring",
+             batches="auto", placement="out", nranks=4, status="ok", check="OK",
+             time_us=12.5, mean_us=12.75, min_us=12.0, max_us=14.0, std_us=0.5,
+             algbw_gbs=83.886, busbw_gbs=125.83, speedup=1.25, baseline="nccl", iters=100,
+             warmup=10, reps=5, slowest_rank=2)
+    fail = Row(size_bytes=2048, count=512, dtype="float32", op="sum", algo="nccl-ring",
+               batches="4", placement="in", nranks=4, status="fail", check="FAIL",
+               baseline="nccl", note='rank 1: wrong result: 3 of 512 elements wrong, "x", y')
+    skipped = Row(size_bytes=8 << 30, count=2 << 30, dtype="float32", op="sum", algo="nccl",
+                  batches="-", placement="out", nranks=4, status="skipped", check="-",
+                  note="needs 17 GiB")
+    return [ok, fail, skipped]
+
+
+def test_csv_round_trip(tmp_path):
+    rows = sample_rows()
+    path = write_csv(tmp_path / "r.csv", rows)
+    assert read_csv(path) == rows
+    with path.open() as f:
+        header = next(csv.reader(f))
+    assert header == FIELDS
+
+
+def test_csv_has_one_line_per_row_and_empty_missing_values(tmp_path):
+    path = write_csv(tmp_path / "r.csv", sample_rows())
+    with path.open(newline="") as f:
+        recs = list(csv.DictReader(f))
+    assert len(recs) == 3
+    assert recs[1]["time_us"] == "" and recs[1]["check"] == "FAIL"
+    assert float(recs[0]["busbw_gbs"]) == pytest.approx(125.83)
+
+
+def test_json_round_trip_with_metadata(tmp_path):
+    rows = sample_rows()
+    meta = {"hostname": "node1", "world_size": 4, "gpu_names": ["NVIDIA H200"]}
+    path = write_json(tmp_path / "r.json", rows, meta)
+    back, meta_back = read_json(path)
+    assert back == rows and meta_back == meta
+    doc = json.loads(path.read_text())
+    assert doc["fields"] == FIELDS and len(doc["results"]) == 3
+
+
+def test_json_never_writes_nan(tmp_path):
+    row = sample_rows()[0]
+    row.busbw_gbs = float("nan")
+    path = write_json(tmp_path / "r.json", [row], {})
+    assert "NaN" not in path.read_text()
+    assert read_json(path)[0][0].busbw_gbs is None
+
+
+def test_read_csv_rejects_other_files(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not an mpiring.bench CSV"):
+        read_csv(path)
