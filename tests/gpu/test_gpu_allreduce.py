@@ -280,6 +280,35 @@ class _Foreign:
                                          "version": 3, "strides": None}
 
 
+class _DLPackOnly:
+    """An array known only by the DLPack protocol."""
+
+    def __init__(self, array) -> None:
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_dlpack_and_cuda_array_interface_producers(comm):
+    count = 77_777
+    expect = reference(mpiring.Op.SUM, WORLD.size, count, salt=6)
+    errors = []
+    for algo in ALGOS:
+        x = rank_input(RANK, count, cupy.float32, salt=6)
+        out = cupy.empty_like(x)
+        poison(out)
+        comm.Allreduce(_DLPackOnly(x), _Foreign(out.data.ptr, count), algorithm=algo)
+        wrong = mismatches(out, expect)
+        if wrong:
+            errors.append(f"{algo}: {wrong} wrong elements")
+    agree(not errors, "; ".join(errors))
+
+
 @pytest.mark.mpi(min_size=2)
 def test_unsupported_memory_is_refused_on_every_rank(comm):
     count = 1024
