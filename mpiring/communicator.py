@@ -97,11 +97,22 @@ class Communicator:
             raise InvalidArgumentError(f"timeout must be positive, got {self.timeout}")
         self.comm = base.Dup()
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
+        self._host: RingPipeline | None = None
+        self._gpu = None
+        try:
+            self._set_up(base.size, gpu, device, slot_bytes)
+        except BaseException:  # every rank fails set-up together: release what was made
+            self._release()
+            raise
+        self._closed = False
+        log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
+
+    def _set_up(self, base_size: int, gpu: bool | None, device: int | None,
+                slot_bytes: int | None) -> None:
+        """Collective set-up on every rank: node check, host staging, GPU context."""
         if self.node.size != self.comm.size:
-            self.node.Free()
-            self.comm.Free()
             raise SetupError(
-                f"mpiring needs every rank on one node, but this communicator of {base.size} ranks "
+                f"mpiring needs every rank on one node, but this communicator of {base_size} ranks "
                 f"spans several nodes (this node has {self.node.size} of them): build one "
                 "Communicator per node, e.g. from comm.Split_type(MPI.COMM_TYPE_SHARED)"
             )
@@ -109,28 +120,16 @@ class Communicator:
         self._agreement = AgreementCheck(self.comm)
         host_slot = DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
         self._host = RingPipeline(HostTransport(self.node, host_slot, self.timeout))
-        self._gpu = None
         use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = bool(self.comm.allreduce(int(bool(use_gpu)), op=MPI.MIN))
         if gpu and not use_gpu:
-            self._host.transport.close()
-            self.node.Free()
-            self.comm.Free()
             raise UnavailableError(
                 "gpu=True but CuPy or a CUDA GPU is missing on some rank: install mpiring[cuda12] "
                 "or mpiring[cuda13] and run where every rank sees a GPU"
             )
         if use_gpu:
-            try:
-                self._gpu = cuda.GpuContext(self.comm, self.node, device, slot_bytes, self.timeout)
-            except BaseException:
-                self._host.transport.close()
-                self.node.Free()
-                self.comm.Free()
-                raise
-        self._closed = False
-        log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, use_gpu)
+            self._gpu = cuda.GpuContext(self.comm, self.node, device, slot_bytes, self.timeout)
 
     # -- argument checks ---------------------------------------------------------------
 
@@ -274,18 +273,21 @@ class Communicator:
         on_gpu = self.gpu if gpu is None else gpu
         dtype = np.dtype(dtype)
         if algo == "ring":
-            link = (self._gpu.pipeline if on_gpu else self._host).transport
-            return choose_batches(count, self.size, link.slot_capacity(dtype), batches,
-                                  default_batches(count * dtype.itemsize, self.size))
+            pipeline = self._gpu.pipeline if on_gpu else self._host
+            return self._ring_batches(pipeline, count, dtype, batches)
         if algo == "nccl-ring":
             return self._gpu.ring_batches(count, dtype, batches)
         return None
 
+    def _ring_batches(self, pipeline: RingPipeline, count: int, dtype: np.dtype,
+                      batches: int | None) -> int:
+        """The one rule for the ring's mini-batches: request or default, raised to fit a slot."""
+        return choose_batches(count, self.size, pipeline.transport.slot_capacity(dtype), batches,
+                              default_batches(count * dtype.itemsize, self.size))
+
     def _run_ring(self, pipeline: RingPipeline, send: Any, recv: Any, desc: Buffer, op: Op,
                   batches: int | None, stream: Any) -> None:
-        link = pipeline.transport
-        nb = choose_batches(desc.count, self.size, link.slot_capacity(desc.dtype), batches,
-                            default_batches(desc.nbytes, self.size))
+        nb = self._ring_batches(pipeline, desc.count, desc.dtype, batches)
         plan = RingPlan(self.size, desc.count, nb)
         pipeline.run(plan, CallBuffers(send, recv, desc.count, desc.dtype, op, stream))
 
@@ -296,9 +298,16 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Free what set-up made (all of it, or what a failed set-up got to), in reverse order."""
         if self._gpu is not None:
             self._gpu.close()
-        self._host.transport.close()
+            self._gpu = None
+        if self._host is not None:
+            self._host.transport.close()
+            self._host = None
         self.node.Free()
         self.comm.Free()
 
