@@ -31,9 +31,10 @@ from .transports.host import HostTransport
 
 log = logging.getLogger(__name__)
 
-ALGORITHMS = {"ring": 1, "nccl": 2, "nccl-ring": 3, "mpi": 4}
+# Codes sent in the agreement check. "auto" resolves to one of the others before that check.
+ALGORITHMS = {"ring": 1, "nccl": 2, "nccl-ring": 3, "mpi": 4, "oneshot": 5, "twoshot": 6, "auto": 7}
 HOST_ALGORITHMS = ("ring", "mpi")
-CUDA_ALGORITHMS = ("ring", "nccl", "nccl-ring")
+CUDA_ALGORITHMS = ("ring", "oneshot", "twoshot", "nccl", "nccl-ring")
 
 DEFAULT_HOST_SLOT_BYTES = 1 << 20  # two slots of 1 MiB of node shared memory per rank
 DEFAULT_TIMEOUT = 300.0
