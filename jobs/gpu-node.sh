@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU tests on 2 ranks and on every GPU of this node, then a short correctness-and-speed check
-# (mpiring's ring beside nccl-ring and ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
+# (every mpiring algorithm beside ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
 # Env: NGPUS (default: all GPUs), MPIRUN (default: mpirun), PYTHON (default: python3),
 # TIMEOUT per command (default 900 s), OUTDIR for the check's results.
 set -euo pipefail
@@ -26,5 +26,5 @@ for n in $(printf '%s\n' 2 "$NGPUS" | sort -un); do
   run "$n" "$PY" -m pytest -q --with-mpi tests/gpu
 done
 echo "== correctness and speed, $NGPUS ranks"
-run "$NGPUS" "$PY" -m mpiring.bench -b 1M -e 1G -f 64 --algo ring,nccl-ring,nccl \
+run "$NGPUS" "$PY" -m mpiring.bench -b 1K -e 1G -f 32 --algo nccl,ring,oneshot,twoshot,auto \
   --output-dir "${OUTDIR:-results/check}" --no-plot

@@ -1,10 +1,25 @@
-"""The per-call agreement check: one small ``MPI_Allreduce`` that makes every rank see the same
-verdict, so bad input on one rank becomes an error on all ranks instead of a hang.
+"""Cross-rank agreement, bounded in time: every rank is here (set-up), and every rank passes
+the same arguments (each call), so that a missing or mismatched rank becomes an error on every
+rank within the timeout instead of a hang.
 
-Each rank contributes, for every field, ``(value, -value)``; a MAX reduction then yields the
-largest and (negated) smallest value of every field at once. A rank whose own arguments were
-rejected contributes its rank + 1 in the first field. Cost: one allreduce of a few int64s
-(microseconds on one node); switch it off with ``check=False`` or ``MPIRING_CHECK=0``.
+Set-up (:func:`join`): each rank sends an empty message to every other rank of the caller's
+communicator and waits, bounded, for theirs; on expiry it knows who arrived ("3 of 4 ranks
+joined (missing: rank 3)"). Only then is the communicator duplicated (``MPI_Comm_idup``, also
+bounded), so the blocking collectives of the rest of set-up start with every rank present.
+
+Each call (:class:`AgreementCheck`): one nonblocking ``MPI_Iallreduce`` of a few int64s,
+polled until done or the timeout. Each rank contributes, for every field, ``(value, -value)``;
+a MAX reduction then yields the largest and (negated) smallest value of every field at once.
+A rank whose own arguments were rejected contributes its rank + 1 in the first field. Each
+rank also counts the checks it entered in node shared memory, so a rank that times out can
+name the ranks that never arrived. Cost: one small allreduce per call (microseconds on one
+node); switch it off with ``check=False`` or ``MPIRING_CHECK=0``.
+
+What a timeout leaves behind: MPI cannot cancel a collective, so the timed-out ``Iallreduce``
+(or ``Idup``) stays pending, with its buffers, for the life of the process. The communicator it
+ran on must never start another collective (it would match the stale one): the caller marks
+it failed. The messages of a timed-out :func:`join` are cancelled where MPI allows (receives);
+sends to a missing rank stay queued for it, on the caller's communicator.
 """
 
 from __future__ import annotations
@@ -12,27 +27,135 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .errors import PeerArgumentError, RankMismatchError
+from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
+from .signals import CALLS, SharedBoard, Waiter
 
 FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory")
 
+JOIN_TAG = 0x6D72  # "mr": the set-up rendezvous' messages on the caller's communicator
+SETUP_HINT = ("every rank of the communicator must create the mpiring.Communicator at the same time "
+              "(raise MPIRING_TIMEOUT if some rank is just slow to get there)")
+CHECK_HINT = ("every rank must call allreduce the same number of times, in the same order, with the "
+              "agreement check on (raise MPIRING_TIMEOUT if some rank is just slow to get there); this "
+              "communicator now refuses further use")
+
+
+def join(comm: MPI.Intracomm, timeout: float) -> MPI.Intracomm:
+    """Collective: wait, bounded, until every rank of ``comm`` is here, then duplicate ``comm``.
+
+    Raises :class:`MpiringTimeoutError` naming how many ranks joined and which are missing.
+    """
+    rank, size = comm.rank, comm.size
+    waiter = Waiter(timeout, rank)
+    peers = [r for r in range(size) if r != rank]
+    empty = np.zeros(0, dtype=np.uint8)  # the messages carry nothing: arriving is the news
+    # Receives first, so that no message of a peer that is already here waits as unexpected.
+    recvs = [comm.Irecv([empty, MPI.BYTE], source=r, tag=JOIN_TAG) for r in peers]
+    sends = [comm.Isend([empty, MPI.BYTE], dest=r, tag=JOIN_TAG) for r in peers]
+    try:
+        waiter.request(_All(recvs + sends), lambda: _missing(peers, recvs, size), hint=SETUP_HINT,
+                       buffers=(empty,))
+    except MpiringTimeoutError as err:
+        absent = _absent(peers, recvs)
+        err.peer = absent[0] if len(absent) == 1 else None
+        _abandon(recvs, sends)
+        err.locate("in Communicator set-up", step="join")
+        raise
+    dup, request = comm.Idup()
+    try:
+        waiter.request(request, lambda: "every rank to duplicate the communicator (MPI_Comm_idup)",
+                       hint=SETUP_HINT, buffers=(dup,))
+    except MpiringTimeoutError as err:  # a rank left between joining and here: it crashed
+        err.locate("in Communicator set-up", step="dup")
+        raise
+    return dup
+
+
+def all_ranks(comm: MPI.Intracomm, flag: bool, timeout: float, what: str) -> bool:
+    """Collective, bounded: whether ``flag`` holds on every rank (one polled MIN ``Iallreduce``).
+
+    For set-up decisions every rank must take alike; ``what`` names the decision in the error.
+    """
+    mine = np.array([int(bool(flag))], dtype=np.int64)
+    every = np.zeros_like(mine)
+    request = comm.Iallreduce(mine, every, op=MPI.MIN)
+    try:
+        Waiter(timeout, comm.rank).request(request, lambda: f"every rank to {what}", hint=SETUP_HINT,
+                                           buffers=(mine, every))
+    except MpiringTimeoutError as err:
+        err.locate("in Communicator set-up", step=what)
+        raise
+    return bool(every[0])
+
+
+class _All:
+    """Several requests seen as one: ``Test`` is true once all completed."""
+
+    def __init__(self, requests: list[MPI.Request]) -> None:
+        self.requests = requests
+
+    def Test(self) -> bool:  # noqa: N802 - the MPI.Request method it stands in for
+        return bool(MPI.Request.Testall(self.requests))
+
+
+def _absent(peers: list[int], recvs: list[MPI.Request]) -> list[int]:
+    """The peers whose join message has not arrived."""
+    return [r for r, req in zip(peers, recvs, strict=True) if not req.Test()]
+
+
+def _missing(peers: list[int], recvs: list[MPI.Request], size: int) -> str:
+    """'the other ranks to join: k of n ranks joined (missing: ...)', from this rank's view."""
+    absent = _absent(peers, recvs)
+    names = ", ".join(str(r) for r in absent[:16]) + (", ..." if len(absent) > 16 else "")
+    return (f"the other ranks to join: {size - len(absent)} of {size} ranks joined "
+            f"(missing: rank{'s' if len(absent) > 1 else ''} {names})")
+
+
+def _abandon(recvs: list[MPI.Request], sends: list[MPI.Request]) -> None:
+    """Withdraw what a timed-out join left posted: receives are cancelled, sends let go."""
+    for req in recvs:
+        if not req.Test():
+            req.Cancel()
+            req.Wait()
+    for req in sends:
+        if not req.Test():
+            req.Free()  # completes in the background if the missing rank ever comes
+
 
 class AgreementCheck:
-    """Reusable buffers for the check, made once per communicator."""
+    """Reusable buffers for the check, made once per communicator.
 
-    def __init__(self, comm: MPI.Intracomm) -> None:
+    Args:
+        comm: the communicator the check's allreduce runs on (the communicator's own duplicate).
+        timeout: seconds to wait for every rank; None waits forever (tests with fake comms).
+        board: node shared memory where each rank counts the checks it entered, to name the
+            missing ranks on a timeout (optional).
+    """
+
+    def __init__(self, comm: MPI.Intracomm, timeout: float | None = None,
+                 board: SharedBoard | None = None) -> None:
         self.comm = comm
+        self.waiter = None if timeout is None else Waiter(timeout, comm.rank)
+        self.board = board
+        self.calls = 0  # checks entered by this rank: the sequence number of a call
         self._send = np.zeros(1 + 2 * len(FIELDS), dtype=np.int64)
         self._recv = np.zeros_like(self._send)
 
-    def run(self, rejected: bool, values: dict[str, int]) -> None:
-        """Raise on every rank if any rank rejected its arguments or the ranks disagree."""
+    def run(self, rejected: bool, values: dict[str, int], algorithm: str | None = None) -> None:
+        """Raise on every rank if any rank rejected its arguments or the ranks disagree.
+
+        Raises :class:`MpiringTimeoutError` if some rank does not arrive within the timeout;
+        the check's allreduce then stays pending, and ``comm`` must not be used again.
+        """
+        self.calls += 1
+        if self.board is not None:
+            self.board.post(self.board.rank, CALLS, self.calls)
         self._send[0] = self.comm.rank + 1 if rejected else 0
         for i, name in enumerate(FIELDS):
             v = values[name]
             self._send[1 + 2 * i] = v
             self._send[2 + 2 * i] = -v
-        self.comm.Allreduce(self._send, self._recv, op=MPI.MAX)
+        self._reduce(algorithm)
         if rejected:
             return  # the caller raises its own, more precise error
         if self._recv[0]:
@@ -50,3 +173,39 @@ class AgreementCheck:
                 f"ranks called allreduce with different arguments: {'; '.join(diffs)}. Every rank "
                 "must pass the same count, dtype, op, algorithm, batches and memory kind"
             )
+
+    def _reduce(self, algorithm: str | None) -> None:
+        if self.waiter is None:
+            self.comm.Allreduce(self._send, self._recv, op=MPI.MAX)
+            return
+        request = self.comm.Iallreduce(self._send, self._recv, op=MPI.MAX)
+        try:
+            self.waiter.request(request, self._absent, hint=CHECK_HINT, buffers=(self._send, self._recv))
+        except MpiringTimeoutError as err:
+            # The request stays pending, writing into these buffers should it ever complete.
+            self._send, self._recv = self._send.copy(), self._recv.copy()
+            absent = self._absent_ranks()
+            err.peer = absent[0] if len(absent) == 1 else None
+            where = f"in the agreement check of call {self.calls}"
+            if algorithm:
+                where += f" (algorithm {algorithm})"
+            err.locate(where, algorithm=algorithm, step="agreement check", seq=self.calls)
+            raise
+
+    def _absent_ranks(self) -> list[int]:
+        """Ranks that have not entered this call's check, as their counters in the board say."""
+        if self.board is None:
+            return []
+        self.board.fence()
+        return [r for r in range(self.board.size) if self.board.read(r, CALLS) < self.calls]
+
+    def _absent(self) -> str:
+        """What the check waits for, naming the ranks that never arrived when that is known."""
+        head = f"every rank to enter the agreement check of call {self.calls}"
+        if self.board is None:
+            return head + ": some rank did not call allreduce"
+        absent = self._absent_ranks()
+        if not absent:
+            return head + " (all did: a rank may have crashed or stopped inside it)"
+        where = ", ".join(f"rank {r} is at call {self.board.read(r, CALLS)}" for r in absent[:16])
+        return f"{head}: {len(absent)} of {self.board.size} ranks did not call allreduce ({where})"

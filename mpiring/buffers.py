@@ -8,6 +8,7 @@ pointer device memory, on which GPU) live with the CUDA transport.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +29,9 @@ class Memory(enum.IntEnum):
 class Buffer:
     """A contiguous run of ``count`` elements of ``dtype`` at ``address``.
 
-    ``array`` is a flat view the transport can use directly: a numpy array for host memory,
-    a CuPy array (or None when CuPy cannot represent the dtype) for device memory.
+    ``array`` is a flat view the host transport uses directly (a numpy array) for host memory;
+    for device memory it is a CuPy array over the same memory (or None when CuPy cannot
+    represent the dtype), which the GPU path does not need: it works on ``address``.
     """
 
     memory: Memory
@@ -54,6 +56,9 @@ def describe(obj: Any, role: str) -> Buffer:
     """Describe ``obj`` as a :class:`Buffer`; ``role`` ("sendbuf"/"recvbuf") names it in errors."""
     if isinstance(obj, np.ndarray):
         return _from_numpy(obj, role)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and type(obj) is cupy.ndarray:  # the common case, without building a CAI dict
+        return _from_cupy(obj, role)
     if _is_torch_tensor(obj):
         return _from_torch(obj, role)
     cai = getattr(obj, "__cuda_array_interface__", None)
@@ -67,7 +72,13 @@ def describe(obj: Any, role: str) -> Buffer:
     )
 
 
+_CHECKED: dict[np.dtype, np.dtype] = {}  # dtypes that passed _check_dtype (a handful at most)
+
+
 def _check_dtype(dtype: np.dtype, role: str) -> np.dtype:
+    known = _CHECKED.get(dtype)
+    if known is not None:
+        return known
     try:
         dtype_code(dtype)
     except InvalidArgumentError as err:
@@ -78,6 +89,7 @@ def _check_dtype(dtype: np.dtype, role: str) -> np.dtype:
             f"{role} has non-native byte order ({dtype.str}): pass "
             "x.astype(x.dtype.newbyteorder('='))"
         )
+    _CHECKED[dtype] = dtype
     return dtype
 
 
@@ -108,6 +120,17 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, items
 
     dims, steps = list(shape), list(strides)
     return dense(dims, steps) or dense(dims[::-1], steps[::-1])
+
+
+def _from_cupy(arr: Any, role: str) -> Buffer:
+    flags = arr.flags
+    if not (flags.c_contiguous or flags.f_contiguous):
+        raise InvalidArgumentError(
+            f"{role} is not contiguous (strides {arr.strides} for shape {arr.shape}): "
+            "pass a contiguous array, e.g. cupy.ascontiguousarray(x)"
+        )
+    dtype = _check_dtype(arr.dtype, role)
+    return Buffer(Memory.CUDA, arr.data.ptr, arr.size, dtype, False, arr, arr)
 
 
 def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:

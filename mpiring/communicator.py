@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import cuda
-from .agreement import FIELDS, AgreementCheck
+from . import cuda, tuning
+from .agreement import FIELDS, AgreementCheck, all_ranks, join
 from .buffers import Buffer, Memory, check_pair, describe
 from .errors import (
     CommunicatorClosedError,
     InvalidArgumentError,
+    MpiringTimeoutError,
     SetupError,
     UnavailableError,
 )
@@ -66,8 +67,10 @@ class Communicator:
         gpu: True to require the GPU path, False for host arrays only, None (default) to use
             GPUs when CuPy finds them.
         device: the GPU of this rank; default: its rank among the node's ranks.
-        algorithm: default algorithm, ``"ring"`` (mpiring's asynchronous ring), ``"nccl"``,
-            ``"nccl-ring"`` (GPU baselines) or ``"mpi"`` (host baseline: ``MPI.Allreduce``).
+        algorithm: default algorithm: ``"auto"`` (per message size, from the tuning table;
+            ``MPIRING_ALGO`` overrides its choice), ``"ring"`` (the copy-engine ring),
+            ``"oneshot"`` / ``"twoshot"`` (one-launch kernels for small / medium messages),
+            ``"nccl"``, ``"nccl-ring"`` (GPU baselines) or ``"mpi"`` (host: ``MPI.Allreduce``).
         batches: mini-batches per call; None picks one by message size.
         slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
         check: run the cross-rank agreement check on every call (default on;
@@ -81,7 +84,7 @@ class Communicator:
         *,
         gpu: bool | None = None,
         device: int | None = None,
-        algorithm: str = "ring",
+        algorithm: str = "auto",
         batches: int | None = None,
         slot_bytes: int | None = None,
         check: bool | None = None,
@@ -91,18 +94,25 @@ class Communicator:
         self._failed: str | None = None
         base = MPI.COMM_WORLD if comm is None else comm
         self.algorithm = self._check_algorithm(algorithm)
+        forced = os.environ.get("MPIRING_ALGO") or None
+        if forced is not None and self._check_algorithm(forced) == "auto":
+            forced = None
+        self._forced = forced and forced.lower()  # what "auto" runs instead of the table's choice
+        self._tuning = tuning.load()
+        self._auto_choices: dict[int, str] = {}  # message bytes -> auto's choice
         self.batches = self._check_batches(batches)
         self.check = _env_flag("MPIRING_CHECK", True) if check is None else bool(check)
         self.timeout = _env_float("MPIRING_TIMEOUT", DEFAULT_TIMEOUT) if timeout is None else float(timeout)
         if self.timeout <= 0:
             raise InvalidArgumentError(f"timeout must be positive, got {self.timeout}")
-        self.comm = base.Dup()
+        self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
         self._host: RingPipeline | None = None
         self._gpu = None
         try:
             self._set_up(base.size, gpu, device, slot_bytes)
-        except BaseException:  # every rank fails set-up together: release what was made
+        except BaseException as err:  # release what was made, without waiting on the host board
+            self._failed = f"set-up failed: {type(err).__name__}: {err}"  # peers may not have failed
             self._release()
             raise
         self._closed = False
@@ -118,12 +128,13 @@ class Communicator:
                 "Communicator per node, e.g. from comm.Split_type(MPI.COMM_TYPE_SHARED)"
             )
         self.rank, self.size = self.comm.rank, self.comm.size
-        self._agreement = AgreementCheck(self.comm)
         host_slot = DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
         self._host = RingPipeline(HostTransport(self.node, host_slot, self.timeout))
+        # After the host board: the check counts its calls there, to name missing ranks.
+        self._agreement = AgreementCheck(self.comm, self.timeout, self._host.transport.board)
         use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
-        use_gpu = bool(self.comm.allreduce(int(bool(use_gpu)), op=MPI.MIN))
+        use_gpu = all_ranks(self.comm, use_gpu, self.timeout, "decide whether to use GPUs")
         if gpu and not use_gpu:
             raise UnavailableError(
                 "gpu=True but CuPy or a CUDA GPU is missing on some rank: install mpiring[cuda12] "
@@ -148,6 +159,14 @@ class Communicator:
         if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 1:
             raise InvalidArgumentError(f"batches must be a positive integer or None, got {batches!r}")
         return int(batches)
+
+    def _agree(self, rejected: bool, values: dict[str, int]) -> None:
+        """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
+        try:
+            self._agreement.run(rejected, values, _ALGORITHM_NAMES.get(values["algorithm"]))
+        except MpiringTimeoutError as err:
+            self._failed = f"{type(err).__name__}: {err}"
+            raise
 
     def _usable(self) -> None:
         if self._failed:
@@ -186,10 +205,10 @@ class Communicator:
         rejected: Exception | None = None
         values = dict.fromkeys(("count", "dtype", "op", "algorithm", "batches", "memory"), 0)
         try:
-            algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
             nb = self.batches if batches is None else self._check_batches(batches)
             the_op = normalize_op(op)
             recv = describe(recvbuf, "recvbuf")
+            algo = self._resolve(recv.count * recv.dtype.itemsize, recv.memory, algorithm)
             in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
             send = recv if in_place else describe(sendbuf, "sendbuf")
             in_place = in_place or check_pair(send, recv)
@@ -203,7 +222,7 @@ class Communicator:
         except Exception as err:  # any local failure must reach the peers, or they hang
             rejected = err
         if self.check:
-            self._agreement.run(rejected is not None, values)
+            self._agree(rejected is not None, values)
         if rejected is not None:
             raise rejected
         if recv.count == 0:
@@ -222,7 +241,7 @@ class Communicator:
             out = _empty_like(x)
         except Exception:
             if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
-                self._agreement.run(True, dict.fromkeys(FIELDS, 0))
+                self._agree(True, dict.fromkeys(FIELDS, 0))
             raise
         self.Allreduce(x, out, op, algorithm=algorithm, batches=batches)
         return out
@@ -260,17 +279,64 @@ class Communicator:
                 return
             self._run_ring(self._host, send.array if send else None, recv.array, recv, op, batches, None)
             return
+        g = self._gpu
         if algo == "ring":
-            g = self._gpu
-            self._run_ring(g.pipeline, send, recv, recv, op, batches, g.current_stream())
+            self._run_ring(g.pipeline, send, recv, recv, op, batches, g.ordered_stream())
+        elif algo in ("oneshot", "twoshot"):
+            g.direct_call(algo, send, recv, op)
         else:
-            self._gpu.baseline(algo, send, recv, op, batches)
+            g.baseline(algo, send, recv, op, batches)
+
+    def resolve(self, count: int, dtype: Any, algorithm: str | None = None, *,
+                gpu: bool | None = None) -> str:
+        """The algorithm a call of ``count`` elements of ``dtype`` runs: ``algorithm`` (default:
+        the communicator's), with ``"auto"`` replaced by its choice for that size."""
+        on_gpu = self.gpu if gpu is None else gpu
+        nbytes = int(count) * np.dtype(dtype).itemsize
+        return self._resolve(nbytes, Memory.CUDA if on_gpu else Memory.HOST, algorithm)
+
+    def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None) -> str:
+        algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
+        on_gpu = memory is Memory.CUDA and self._gpu is not None
+        if algo != "auto":
+            if algo == "oneshot" and on_gpu and nbytes > self._oneshot_limit():
+                raise InvalidArgumentError(
+                    f"algorithm 'oneshot' takes messages of at most {self._oneshot_limit()} bytes, "
+                    f"got {nbytes}: use 'twoshot' or 'auto'"
+                )
+            if algo == "ring" and on_gpu and self._gpu.capturing():
+                raise InvalidArgumentError(
+                    "algorithm 'ring' cannot be captured into a CUDA graph (its GPU signals carry "
+                    "per-call sequence numbers): use 'oneshot', 'twoshot', 'nccl' or 'auto'"
+                )
+            return algo
+        if memory is Memory.HOST or self._gpu is None:
+            return "ring"  # the host path has one mpiring algorithm
+        if self._forced is not None:
+            return self._resolve(nbytes, memory, self._forced)
+        if self.size == 1:
+            return "ring"  # a copy, whatever the size
+        choice = self._auto_choices.get(nbytes)
+        if choice is None:
+            choice = self._tuning.choose(self.size, nbytes)
+            if choice == "oneshot" and nbytes > self._oneshot_limit():
+                choice = "twoshot"
+            if len(self._auto_choices) < 4096:  # calls repeat sizes; keep the lookup off the hot path
+                self._auto_choices[nbytes] = choice
+        if choice == "ring" and self._gpu.capturing():
+            choice = "twoshot"  # graph-capturable, unlike the ring
+        return choice
+
+    def _oneshot_limit(self) -> int:
+        return self._gpu.oneshot_limit if self._gpu is not None else 0
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:
         """The mini-batch count a call of ``count`` elements would run with (None for
         algorithms without mini-batches): the request or default, raised to fit the slots."""
         algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
+        if algo == "auto":
+            algo = self.resolve(count, dtype, algo, gpu=gpu)
         on_gpu = self.gpu if gpu is None else gpu
         dtype = np.dtype(dtype)
         if algo == "ring":
@@ -295,7 +361,11 @@ class Communicator:
     # -- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: wait for outstanding work, release staging memory and handles."""
+        """Collective: wait for outstanding work, release staging memory and handles.
+
+        Bounded by the timeout. After a failure it does not wait for peers (they may be gone):
+        the host shared memory is then left to MPI_Finalize.
+        """
         if self._closed:
             return
         self._closed = True
@@ -307,7 +377,7 @@ class Communicator:
             self._gpu.close()
             self._gpu = None
         if self._host is not None:
-            self._host.transport.close()
+            self._host.transport.close(abandon=self._failed is not None)  # failed: peers may be gone
             self._host = None
         self.node.Free()
         self.comm.Free()
@@ -324,6 +394,7 @@ class Communicator:
         return f"<mpiring.Communicator rank {where} {state}>"
 
 
+_ALGORITHM_NAMES = {code: name for name, code in ALGORITHMS.items()}
 _MPI_OPS = {Op.SUM: lambda: MPI.SUM, Op.PROD: lambda: MPI.PROD, Op.MAX: lambda: MPI.MAX,
             Op.MIN: lambda: MPI.MIN}
 

@@ -77,12 +77,20 @@ def supported_dtypes() -> list[np.dtype]:
     return out
 
 
+_CODE_BY_DTYPE: dict[np.dtype, int] = {}
+
+
 def dtype_code(dtype: np.dtype) -> int:
     """The wire code of a supported dtype; raises naming the dtype otherwise."""
+    code = _CODE_BY_DTYPE.get(dtype)
+    if code is not None:
+        return code
     code = _DTYPE_CODES.get(np.dtype(dtype).name)
     if code is None:
         names = ", ".join(_DTYPE_CODES)
         raise InvalidArgumentError(f"unsupported dtype {np.dtype(dtype).name}: mpiring reduces {names}")
+    if isinstance(dtype, np.dtype):
+        _CODE_BY_DTYPE[dtype] = code
     return code
 
 

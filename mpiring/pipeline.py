@@ -7,11 +7,9 @@ Ordering rules, per transfer t with sequence number ``seq`` and slot ``seq % 2``
 2. After the copy, post "full"; the next rank folds only after waiting for it.
 3. After the fold, post "free"; that is what step 1 of the writer two transfers later waits for.
 
-Because a wait returns only once the peer has *enqueued* the matching post, and a writer
-re-posts a slot only after its reader posted "free" for it (which the reader does after
-enqueuing its wait), no rank waits on a signal before it is posted, and no signal is re-posted
-before its waiter has consumed it. Those are the ``cudaStreamWaitEvent`` rules the CUDA IPC
-transport relies on; the host transport gets the same protocol for free.
+Signals are sequence numbers that only grow, so a wait is never satisfied by an older
+signal. The host transport executes each step at once (waits spin on the host); the CUDA IPC
+transport enqueues every step on GPU streams, and the GPU itself waits and signals.
 
 The issue order comes from :func:`mpiring.schedule.issue_order`: send t+1 goes out before
 fold t whenever it does not depend on it, so the copy of one mini-batch overlaps the fold of
@@ -23,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 
+from .errors import MpiringTimeoutError
 from .schedule import FIRST_SEQ, SLOTS, RingPlan, Transfer, issue_order
 from .transports.base import CallBuffers, RingTransport
 
@@ -34,6 +33,15 @@ def rank_script(plan: RingPlan, rank: int) -> tuple[tuple[bool, Transfer], ...]:
     """``(is_send, transfer)`` in issue order for one rank; cached, since calls repeat sizes."""
     transfers = plan.transfers(rank)
     return tuple((kind == "send", transfers[t]) for kind, t in issue_order(plan))
+
+
+def _locate(err: MpiringTimeoutError, plan: RingPlan, tr: Transfer, is_send: bool, seq: int) -> None:
+    """Add to a timed-out wait where in the ring call it happened."""
+    phase = "reduce-scatter" if tr.step < plan.size - 1 else "all-gather"
+    step = f"{tr.step + 1} of {plan.steps} ({phase})"
+    where = (f"in the ring algorithm, step {step}, batch {tr.batch + 1} of {plan.batches}, "
+             f"{'send' if is_send else 'fold'} of transfer seq {seq}")
+    err.locate(where, algorithm="ring", step=step, seq=seq)
 
 
 class RingPipeline:
@@ -54,18 +62,22 @@ class RingPipeline:
             return
         rank = link.rank
         base = self.next_seq
-        for is_send, tr in rank_script(plan, rank):
-            seq = base + tr.index
-            slot = seq % SLOTS
-            if is_send:
-                if seq - SLOTS >= FIRST_SEQ:  # a slot's first use has nothing to wait for
-                    link.wait_slot_free(slot, seq - SLOTS)
-                link.send(slot, tr.source, tr.send_start, tr.send_count)
-                link.post_slot_full(slot, seq)
-            else:
-                link.wait_slot_full(slot, seq)
-                link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce)
-                link.post_slot_free(slot, seq)
+        try:
+            for is_send, tr in rank_script(plan, rank):
+                seq = base + tr.index
+                slot = seq % SLOTS
+                if is_send:
+                    if seq - SLOTS >= FIRST_SEQ:  # a slot's first use has nothing to wait for
+                        link.wait_slot_free(slot, seq - SLOTS)
+                    link.send(slot, tr.source, tr.send_start, tr.send_count)
+                    link.post_slot_full(slot, seq)
+                else:
+                    link.wait_slot_full(slot, seq)
+                    link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce)
+                    link.post_slot_free(slot, seq)
+        except MpiringTimeoutError as err:  # the waiter knows whom it waited for; we know where
+            _locate(err, plan, tr, is_send, seq)
+            raise
         self.next_seq = base + plan.num_transfers
         link.end()
         if log.isEnabledFor(logging.DEBUG):

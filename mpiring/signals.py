@@ -8,10 +8,16 @@ memory (the host transport's receive slots). Counters only grow.
 Memory ordering follows MPI's unified shared-memory model: a writer fences (``Win.Sync``)
 between writing data and posting the counter that announces it, and a reader fences between
 seeing the counter and reading the data.
+
+Every wait here is bounded by a timeout (:class:`Waiter`): waits on counters, and waits on
+nonblocking MPI operations (the board's own barriers, the agreement check, set-up). A wait
+that expires raises :class:`~mpiring.errors.MpiringTimeoutError`; what it waited for stays
+pending, so its owner must be treated as failed.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -19,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 from mpi4py import MPI
 
-from .errors import MpiringTimeoutError
+from .errors import MpiringTimeoutError, PeerFailedError
 
 COUNTER_STRIDE = 8  # int64 words between counters: one 64-byte line each
 NUM_COUNTERS = 16
@@ -29,18 +35,34 @@ PAYLOAD_ALIGN = 4096
 # Counter indices in a rank's row.
 FULL = (0, 1)  # slot k of this rank holds use FULL[k] (written by the previous rank)
 FREE = (2, 3)  # this rank has folded use FREE[k] of its slot k (written by this rank)
-RECORDED = (4, 5)  # CUDA transport: full event of slot k recorded for this use (by the writer)
-FREED_RECORDED = (6, 7)  # CUDA transport: free event of slot k recorded for this use (by the reader)
+# 4..7 are unused (the GPU ring signals through flags in device memory instead)
+CALLS = 8  # agreement checks this rank has entered (by this rank): names the ranks that are missing
+CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY or ABANDONED
+CLOSE_READY, ABANDONED = 1, 2
+
+ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
+ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close
+
+PEER_HINT = ("the peer may have crashed, hung or called a different collective (raise MPIRING_TIMEOUT if "
+             "its work is just slow); this communicator now refuses further use")
 
 
 class SharedBoard:
-    """Per-rank counters plus payload in one node shared-memory window."""
+    """Per-rank counters plus payload in one node shared-memory window.
 
-    def __init__(self, node_comm: MPI.Intracomm, payload_bytes: int = 0) -> None:
+    With a ``timeout``, the barrier after set-up and the handshake of :meth:`close` are bounded.
+    Allocating and freeing the window are blocking collectives MPI cannot bound: allocation
+    runs right after the communicator's bounded set-up rendezvous, and the free only once the
+    close handshake has seen every rank there.
+    """
+
+    def __init__(self, node_comm: MPI.Intracomm, payload_bytes: int = 0,
+                 timeout: float | None = None) -> None:
         self.comm = node_comm
         self.rank = node_comm.rank
         self.size = node_comm.size
         self.payload_bytes = payload_bytes
+        self.waiter = Waiter(math.inf if timeout is None else timeout, self.rank)
         local = HEADER_BYTES + payload_bytes
         self.win = MPI.Win.Allocate_shared(local, 1, comm=node_comm)
         self.counters: list[np.ndarray] = []
@@ -53,7 +75,7 @@ class SharedBoard:
         self.counters[self.rank][:] = 0
         self.win.Lock_all(MPI.MODE_NOCHECK)
         self.win.Sync()
-        node_comm.Barrier()  # every row is zeroed before anyone reads a peer's
+        self.waiter.barrier(node_comm, "every rank to zero its counters")  # before anyone reads a peer's row
 
     def fence(self) -> None:
         """A full memory barrier for the shared window (MPI_Win_sync)."""
@@ -67,15 +89,63 @@ class SharedBoard:
     def read(self, rank: int, index: int) -> int:
         return int(self.counters[rank][index])
 
-    def close(self) -> None:
-        """Collective: free the window once no rank touches it any more."""
+    def close(self, abandon: bool = False) -> None:
+        """Collective: free the window once no rank touches it any more.
+
+        The ranks meet in the board itself: each posts ``CLOSING`` in its row and waits,
+        bounded, until every row says so (read twice, so that a peer giving up at that moment
+        is seen). Only then is the window freed: ``MPI_Win_free`` is a blocking collective
+        that would wait for a missing peer forever. A rank whose wait expires, or that sees a
+        peer that abandoned the board, abandons it too (posts ``ABANDONED``, leaves the window
+        to MPI_Finalize) and raises. ``abandon=True``, for a communicator that failed and whose
+        peers may be gone, does only that, at once and quietly. Either way the board is closed.
+        """
         if self.win == MPI.WIN_NULL:
             return
-        self.counters.clear()
+        rows = list(self.counters)
+        self.counters.clear()  # no view of the window outlives it
         self.payloads.clear()
-        self.win.Unlock_all()
-        self.comm.Barrier()
-        self.win.Free()
+        win, self.win = self.win, MPI.WIN_NULL  # closed from here on, whatever happens below
+        if abandon:
+            self._abandon(win, rows)
+            return
+        win.Sync()
+        rows[self.rank][CLOSING] = CLOSE_READY
+
+        def states() -> list[int]:
+            win.Sync()
+            return [int(row[CLOSING]) for row in rows]
+
+        def met() -> bool:  # everyone is here (seen twice), or someone left for good
+            now = states()
+            return ABANDONED in now or (set(now) == {CLOSE_READY} and set(states()) == {CLOSE_READY})
+
+        try:
+            self.waiter.until(met, lambda: "every rank to close the communicator (ranks "
+                              f"{[r for r, s in enumerate(states()) if s != CLOSE_READY]} did not)",
+                              hint="a rank crashed, hung, or does not close the communicator")
+        except MpiringTimeoutError:
+            self._abandon(win, rows)
+            raise
+        gone = [r for r, s in enumerate(states()) if s == ABANDONED]
+        if gone:
+            self._abandon(win, rows)
+            raise PeerFailedError(
+                f"rank {self.rank} cannot free the communicator's shared memory: rank(s) {gone} "
+                "abandoned it after an error or a timeout of their own (their errors say why); "
+                "it is left to MPI_Finalize"
+            )
+        rows.clear()
+        win.Unlock_all()
+        win.Free()
+
+    def _abandon(self, win: MPI.Win, rows: list[np.ndarray]) -> None:
+        """Tell the peers this rank will never free the window, and keep it alive for good:
+        a peer that is merely late may still write into this memory."""
+        win.Sync()
+        rows[self.rank][CLOSING] = ABANDONED
+        win.Sync()
+        ABANDONED_WINDOWS.append(win)
 
 
 class Waiter:
@@ -85,8 +155,13 @@ class Waiter:
         self.timeout = timeout
         self.rank = describe_rank
 
-    def until(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
-        """Return once ``ready()`` is true; raise :class:`MpiringTimeoutError` after the timeout."""
+    def until(self, ready: Callable[[], bool], what: Callable[[], str], *, peer: int | None = None,
+              hint: str = PEER_HINT) -> None:
+        """Return once ``ready()`` is true; raise :class:`MpiringTimeoutError` after the timeout.
+
+        ``what()`` (called only on expiry) says what was awaited; ``peer`` is the rank awaited,
+        when there is one.
+        """
         if ready():
             return
         deadline = time.monotonic() + self.timeout
@@ -97,16 +172,33 @@ class Waiter:
                 os.sched_yield()
             else:  # a long wait: stop burning a core another rank may need
                 time.sleep(50e-6)
-            if spins % 256 == 0 and time.monotonic() > deadline:
-                raise MpiringTimeoutError(
-                    f"rank {self.rank} timed out after {self.timeout:g} s waiting for {what()}; "
-                    "the peer may have crashed, hung or called a different collective "
-                    "(raise MPIRING_TIMEOUT if its work is just slow)"
-                )
+            if spins % 256 == 0 and time.monotonic() > deadline and not ready():  # (a stall may end)
+                raise MpiringTimeoutError(self.rank, self.timeout, what(), peer=peer, hint=hint)
 
     def counter_at_least(self, board: SharedBoard, rank: int, index: int, target: int,
-                         what: Callable[[], str]) -> None:
+                         what: Callable[[], str], *, peer: int | None = None) -> None:
         """Wait until counter ``index`` of ``rank`` reaches ``target``, then fence."""
         row = board.counters[rank]
-        self.until(lambda: row[index] >= target, what)
+        self.until(lambda: row[index] >= target, what, peer=peer)
         board.fence()
+
+    def request(self, request: MPI.Request, what: Callable[[], str], *, hint: str = PEER_HINT,
+                buffers: tuple = ()) -> None:
+        """Wait for a nonblocking MPI operation, polling it (which also drives MPI's progress).
+
+        On expiry the operation stays pending: MPI cannot cancel a collective, so the caller
+        must never start another collective on that communicator. The request and its
+        ``buffers`` are then kept until the process ends (mpi4py does not keep them): MPI may
+        still complete it, and write into them, should the missing rank ever arrive.
+        """
+        try:
+            self.until(request.Test, what, hint=hint)
+        except MpiringTimeoutError:
+            ABANDONED_REQUESTS.append((request, buffers))
+            raise
+
+    def barrier(self, comm: MPI.Intracomm, what: str) -> None:
+        """A barrier on ``comm`` bounded by the timeout (a polled ``MPI_Ibarrier``)."""
+        self.request(comm.Ibarrier(), lambda: what,
+                     hint="some rank crashed, hung, or did not take part (raise MPIRING_TIMEOUT if it is "
+                          "just slow)")

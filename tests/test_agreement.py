@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiring.agreement import FIELDS, AgreementCheck
-from mpiring.errors import PeerArgumentError, RankMismatchError
+from mpiring.agreement import FIELDS, AgreementCheck, all_ranks, join
+from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 
 GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0}
 
@@ -120,3 +121,112 @@ def test_real_mpi_single_rank() -> None:
     check = AgreementCheck(MPI.COMM_SELF)
     check.run(False, dict(GOOD))
     check.run(True, dict.fromkeys(FIELDS, 0))
+
+
+class PolledComm(ThreadComm):
+    """A ThreadComm whose Iallreduce completes once every simulated rank has contributed."""
+
+    def Iallreduce(self, send: np.ndarray, recv: np.ndarray, op: MPI.Op) -> PolledRequest:  # noqa: N802
+        assert op == MPI.MAX
+        with self.shared["lock"]:
+            self.shared["box"][self.rank] = send.copy()
+        return PolledRequest(self.shared["box"], recv)
+
+
+class PolledRequest:
+    def __init__(self, box: list, recv: np.ndarray) -> None:
+        self.box, self.recv = box, recv
+
+    def Test(self) -> bool:  # noqa: N802
+        if any(b is None for b in self.box):
+            return False
+        self.recv[:] = np.max(np.stack(self.box), axis=0)
+        return True
+
+
+class FakeBoard:
+    """Per-rank call counters, as SharedBoard keeps them in node shared memory."""
+
+    def __init__(self, rank: int, size: int, rows: list[dict]) -> None:
+        self.rank, self.size, self.rows = rank, size, rows
+
+    def post(self, rank: int, index: int, value: int) -> None:
+        self.rows[rank][index] = value
+
+    def read(self, rank: int, index: int) -> int:
+        return self.rows[rank].get(index, 0)
+
+    def fence(self) -> None:
+        pass
+
+
+def run_polled(present: list[int], size: int, timeout: float,
+               board: bool = True) -> list[BaseException | None]:
+    """One bounded check on the ranks in ``present`` (the others never call); what each raised."""
+    shared = {"box": [None] * size, "lock": threading.Lock()}
+    rows: list[dict] = [{} for _ in range(size)]
+    results: list[BaseException | None] = [None] * size
+
+    def body(r: int) -> None:
+        counters = FakeBoard(r, size, rows) if board else None
+        check = AgreementCheck(PolledComm(r, size, shared), timeout, counters)
+        try:
+            check.run(False, dict(GOOD), "ring")
+        except BaseException as err:  # noqa: BLE001 - handed back to the test
+            results[r] = err
+
+    threads = [threading.Thread(target=body, args=(r,)) for r in present]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+def test_bounded_check_passes_when_everyone_comes() -> None:
+    """The polled check gives the same verdict as the blocking one when every rank calls."""
+    assert run_polled([0, 1, 2], 3, 5.0) == [None, None, None]
+
+
+def test_bounded_check_names_the_missing_rank() -> None:
+    """A rank that never calls: the others time out, naming it, the call number and the algorithm."""
+    start = time.monotonic()
+    results = run_polled([0, 2, 3], 4, 0.2)
+    assert 0.2 <= time.monotonic() - start < 5
+    for r in (0, 2, 3):
+        err = results[r]
+        assert isinstance(err, MpiringTimeoutError), err
+        assert str(err).startswith(
+            f"rank {r} timed out after 0.2 s in the agreement check of call 1 (algorithm ring), waiting for "
+            "every rank to enter the agreement check of call 1: 1 of 4 ranks did not call allreduce "
+            "(rank 1 is at call 0); every rank must call allreduce the same number of times"), str(err)
+        assert (err.rank, err.peer, err.algorithm, err.step, err.seq) == (r, 1, "ring", "agreement check", 1)
+
+
+def test_bounded_check_without_board_or_with_several_missing() -> None:
+    """Without call counters the message says a rank is missing; with two missing, both are named."""
+    results = run_polled([0, 1], 3, 0.1, board=False)
+    assert "some rank did not call allreduce" in str(results[0]) and results[0].peer is None
+    results = run_polled([0], 3, 0.1)
+    assert "2 of 3 ranks did not call allreduce (rank 1 is at call 0, rank 2 is at call 0)" in str(results[0])
+    assert results[0].peer is None
+
+
+def test_bounded_check_on_one_real_rank() -> None:
+    """With a timeout, the check on a real one-rank communicator passes and counts its calls."""
+    check = AgreementCheck(MPI.COMM_SELF, 1.0)
+    check.run(False, dict(GOOD))
+    check.run(True, dict.fromkeys(FIELDS, 0))
+    assert check.calls == 2
+
+
+def test_join_and_all_ranks_on_one_rank() -> None:
+    """The set-up rendezvous duplicates the communicator; all_ranks is a logical and."""
+    dup = join(MPI.COMM_SELF, 1.0)
+    try:
+        assert dup.size == 1 and dup != MPI.COMM_SELF
+        assert all_ranks(dup, True, 1.0, "agree") is True
+        assert all_ranks(dup, False, 1.0, "agree") is False
+    finally:
+        dup.Free()

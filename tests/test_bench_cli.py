@@ -52,8 +52,29 @@ def test_help_documents_every_option():
                  "--algo", "--batches", "-d", "--dtype", "-o", "--op", "--placement", "--iters",
                  "--warmup", "--reps", "--time-budget", "--max-iters", "--output-dir", "--name",
                  "--no-plot", "--host", "--check", "--no-check", "--seed", "--timeout",
-                 "--time-agreement", "--progress"]:
+                 "--time-agreement", "--progress", "--overlap", "--gemm-size"]:
         assert flag in text, flag
     for action in build_parser()._actions:
         assert action.help, action.option_strings
     assert "busbw" in text and "exit status" in text
+
+
+def test_overlap_options():
+    o = parse_args([])
+    assert o.overlap is None and o.gemm_size == 8192
+    o = parse_args(["--overlap", "gemm", "--gemm-size", "4096"])
+    assert (o.overlap, o.gemm_size) == ("gemm", 4096)
+
+
+@pytest.mark.parametrize("argv", [["--overlap", "fft"], ["--gemm-size", "512"],
+                                  ["--gemm-size", "big"]])
+def test_bad_overlap_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_help_names_the_gpu_algorithms_and_overlap():
+    text = build_parser().format_help()
+    for word in ("--overlap", "--gemm-size", "oneshot", "twoshot", "auto", "n/a", "_overlap.png"):
+        assert word in text, word

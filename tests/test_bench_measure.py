@@ -4,6 +4,7 @@ timed; errors and unavailability become outcomes; iteration planning; a serial e
 
 from __future__ import annotations
 
+import contextlib
 import csv
 
 import numpy as np
@@ -13,7 +14,14 @@ from mpi4py import MPI
 import mpiring
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
-from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, TimingPolicy
+from mpiring.bench.measure import (
+    Point,
+    PointMeasurer,
+    SizeBuffers,
+    StageFailed,
+    TimingPolicy,
+    agree,
+)
 
 COUNT = 1000
 
@@ -32,6 +40,8 @@ class FakeComm:
         self.checked_calls += int(self.check)
         if self.mode == "unavailable":
             raise mpiring.UnavailableError("no NCCL in this test")
+        if self.mode == "limit":
+            raise mpiring.InvalidArgumentError("oneshot takes at most 1 MiB")
         if self.mode == "boom":
             raise RuntimeError("boom")
         if self.mode == "silent":
@@ -44,14 +54,15 @@ class FakeComm:
             send[0] += 1
 
 
-def measure(mode="good", placement="out", check=True, dtype=np.float32, op="sum", **policy):
+def measure(mode="good", placement="out", check=True, dtype=np.float32, op="sum", overlap=None,
+            **policy):
     space = HostSpace()
     gen = InputGenerator(np, op, np.dtype(dtype), 1, seed=5)
     bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
     comm = FakeComm(mode)
     policy = TimingPolicy(**{"budget_s": 0.01, "reps": 3, **policy})
     m = PointMeasurer(MPI.COMM_SELF, comm, space, policy, check=check, time_agreement=False,
-                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE, overlap=overlap)
     point = Point(COUNT * np.dtype(dtype).itemsize, COUNT, np.dtype(dtype).name, op, "ring",
                   "auto", placement)
     return m.measure(point, bufs), comm
@@ -94,6 +105,82 @@ def test_unavailable_and_errors_become_outcomes():
     assert out.status == "unavailable" and "no NCCL" in out.note and not out.needs_rebuild
     out, _ = measure("boom")
     assert out.status == "error" and "RuntimeError: boom" in out.note and out.needs_rebuild
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_rejected_arguments_are_inapplicable_not_errors(check):
+    out, comm = measure("limit", check=check)
+    assert (out.status, out.check) == ("inapplicable", "-")
+    assert out.note == "rank 0: InvalidArgumentError: oneshot takes at most 1 MiB"
+    assert not out.needs_rebuild and out.stats is None and comm.calls == 1
+
+
+class FakeWorld:
+    """allgather answers with this rank's part (rank 0) and pretend ranks' parts after it."""
+
+    def __init__(self, others):
+        self.others = others
+        self.size = 1 + len(others)
+        self.local = None
+
+    def allgather(self, local):
+        self.local = local
+        return [local, *self.others]
+
+
+def part(exc: Exception | None) -> tuple:
+    """What a rank whose stage raised ``exc`` (or nothing) gives agree()'s allgather."""
+    world = FakeWorld([])
+
+    def stage():
+        if exc is not None:
+            raise exc
+
+    with contextlib.suppress(StageFailed):
+        agree(world, stage)
+    return world.local
+
+
+@pytest.mark.parametrize(("mine", "others", "status", "rebuild"), [
+    (mpiring.InvalidArgumentError("too big"), [mpiring.InvalidArgumentError("too big")] * 2,
+     "inapplicable", False),
+    (mpiring.PeerArgumentError("rank 2 rejected"), [mpiring.PeerArgumentError("rank 2"),
+                                                    mpiring.InvalidArgumentError("too big")],
+     "inapplicable", False),
+    (mpiring.PeerArgumentError("rank 1 rejected"), [mpiring.UnavailableError("no NCCL"), None],
+     "unavailable", False),
+    (mpiring.InvalidArgumentError("too big"), [RuntimeError("boom"), None], "error", True),
+    (mpiring.RankMismatchError("count differs"), [None, None], "error", False),
+])
+def test_agree_names_the_cause_not_the_peers(mine, others, status, rebuild):
+    def stage():
+        raise mine
+
+    with pytest.raises(StageFailed) as info:
+        agree(FakeWorld([part(e) for e in others]), stage)
+    err = info.value
+    assert (err.status, err.rebuild) == (status, rebuild)
+    assert "PeerArgumentError" not in err.errors[0]  # a cause comes first
+
+
+class FakeOverlap:
+    def __init__(self):
+        self.seen = []
+
+    def measure(self, call, algo, ar_s, iters):
+        call()
+        self.seen.append((algo, ar_s, iters))
+        return "figures"
+
+
+def test_overlap_runs_after_a_timed_point_only():
+    fake = FakeOverlap()
+    out, comm = measure(overlap=fake)
+    assert out.overlap == "figures" and fake.seen == [("ring", out.stats.median, out.iters)]
+    assert comm.check is True  # restored after the timed loops and the overlap
+    fake = FakeOverlap()
+    out, _ = measure("wrong", overlap=fake)
+    assert out.status == "fail" and out.overlap is None and fake.seen == []
 
 
 def test_no_check_times_without_checking():

@@ -11,20 +11,32 @@ from mpiring.bench.stats import algbw, busbw
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring")) -> list[Row]:
+def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring"), overlap=False) -> list[Row]:
     rows = []
     for e in range(10, 31, 2):
         size = 1 << e
         for algo in algos:
-            for b in (batches if algo != "nccl" else ("-",)):
+            if algo == "oneshot" and size > 1 << 20:
+                rows.append(Row(size, size // 4, "float32", "sum", algo, "-", "out", 4,
+                                "inapplicable", "-", baseline="nccl"))
+                continue
+            for b in (batches if algo in ("ring", "nccl-ring") else ("-",)):
                 k = 1 + (int(b) if b.isdigit() else 0) * 0.1
                 t = (10 + size / 150e3 * (1.2 if algo == "nccl" else 1.0)) / k
                 rows.append(Row(size, size // 4, "float32", "sum", algo, b, "out", 4, "ok", "OK",
                                 time_us=t, mean_us=t, min_us=0.9 * t, max_us=1.2 * t,
                                 std_us=0.05 * t, algbw_gbs=algbw(size, t * 1e-6),
-                                busbw_gbs=busbw(size, t * 1e-6, 4), baseline="nccl"))
+                                busbw_gbs=busbw(size, t * 1e-6, 4), baseline="nccl",
+                                speedup=(10 + size / 125e3) / t,
+                                resolved="ring" if algo == "auto" else ""))
+                if overlap:
+                    rows[-1].gemm_slowdown = 1.3 if algo == "nccl" else 1.02
+                    rows[-1].ar_slowdown = 1.8 if algo == "nccl" else 1.1
     rows.append(Row(1 << 32, 1 << 30, "float32", "sum", "ring", "auto", "out", 4, "skipped", "-"))
     return rows
+
+
+SIX = ("nccl", "nccl-ring", "ring", "oneshot", "twoshot", "auto")
 
 
 def _is_png(path) -> bool:
@@ -35,6 +47,18 @@ def test_plot_results_writes_main_figure(tmp_path):
     written = plot.plot_results(fake_rows(), {"gpu_names": ["NVIDIA H200"]}, tmp_path / "run")
     assert written == [tmp_path / "run.png"]
     assert _is_png(written[0])
+
+
+def test_six_algorithms_and_the_overlap_figure(tmp_path):
+    rows = fake_rows(algos=SIX, overlap=True)
+    written = plot.plot_results(rows, {"overlap": "8192x8192 float16 GEMM"}, tmp_path / "run")
+    assert [p.name for p in written] == ["run.png", "run_overlap.png"]
+    assert all(_is_png(p) for p in written)
+    series = plot.main_series(rows)
+    assert [s[1] for s in series] == list(SIX)  # baselines first, auto last
+    assert len({plot.line_style(a, "out", a)["color"] for a in SIX}) == 6
+    assert plot.line_style("auto", "out", "x")["linestyle"] == ":"
+    assert plot.line_style("some-new-algo", "in", "x")["linestyle"] == "--"
 
 
 def test_batch_sweep_figure_when_several_batches(tmp_path):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mpiring.bench.__main__ import exit_status
 from mpiring.bench.report import Reporter, columns, fmt_bw, fmt_speedup, fmt_time, table_width
 from mpiring.bench.results import Row
+from mpiring.bench.runner import exit_status
 
 
 def row(**kw) -> Row:
@@ -67,3 +67,39 @@ def test_exit_status():
     assert exit_status([row(), row(status="skipped"), row(status="unavailable")]) == 0
     assert exit_status([row(), row(status="error")]) == 2
     assert exit_status([row(status="error"), row(status="fail")]) == 1
+
+
+def test_six_algorithms_auto_pick_and_na_rows(capsys):
+    rep = Reporter(True, progress="off", baseline="nccl")
+    rep.start(3)
+    rep.row(row(algo="auto", batches="-", resolved="twoshot"))
+    rep.row(row(algo="oneshot", batches="-", status="inapplicable", check="-", time_us=None,
+                speedup=None, note="rank 0: InvalidArgumentError: at most 1 MiB"))
+    rep.row(row(algo="nccl-ring", batches="4"))
+    rep.stop()
+    lines = capsys.readouterr().out.splitlines()
+    auto = next(line for line in lines if "auto:twoshot" in line)
+    assert "1.23x" in auto and "OK" in auto
+    na = next(line for line in lines if "oneshot" in line)
+    assert na.rstrip().endswith("n/a")
+    assert not any("InvalidArgumentError" in line for line in lines)  # n/a is not an error
+    assert max(len(line) for line in lines) <= table_width(columns("nccl")) + 1
+
+
+def test_overlap_columns(capsys):
+    assert len(columns("nccl", overlap=True)) == len(columns("nccl")) + 2
+    rep = Reporter(True, progress="off")
+    rep.set_baseline("nccl", overlap=True)
+    rep.start(1)
+    rep.row(row(gemm_slowdown=1.034, ar_slowdown=1.5))
+    rep.row(row(algo="nccl"))  # overlap not measured: dashes
+    rep.stop()
+    out = capsys.readouterr().out
+    assert "GEMM" in out and "slowdown" in out
+    ring = next(line for line in out.splitlines() if "1.03x" in line)
+    assert "1.50x" in ring
+    assert max(len(line) for line in out.splitlines()) <= table_width(columns("nccl", True)) + 1
+
+
+def test_not_applicable_points_do_not_change_the_exit_status():
+    assert exit_status([row(), row(status="inapplicable", check="-")]) == 0

@@ -22,7 +22,14 @@ def sample_rows() -> list[Row]:
     skipped = Row(size_bytes=8 << 30, count=2 << 30, dtype="float32", op="sum", algo="nccl",
                   batches="-", placement="out", nranks=4, status="skipped", check="-",
                   note="needs 17 GiB")
-    return [ok, fail, skipped]
+    auto = Row(size_bytes=1 << 20, count=262144, dtype="float32", op="sum", algo="auto",
+               batches="-", placement="out", nranks=4, status="ok", check="OK", time_us=10.0,
+               resolved="twoshot", gemm_alone_us=1520.5, gemm_overlap_us=1601.25,
+               gemm_slowdown=1.053, ar_alone_us=10.5, ar_overlap_us=14.0, ar_slowdown=1.333)
+    na = Row(size_bytes=1 << 30, count=1 << 28, dtype="float32", op="sum", algo="oneshot",
+             batches="-", placement="out", nranks=4, status="inapplicable", check="-",
+             note="rank 0: InvalidArgumentError: oneshot takes at most 1 MiB")
+    return [ok, fail, skipped, auto, na]
 
 
 def test_csv_round_trip(tmp_path):
@@ -38,8 +45,11 @@ def test_csv_has_one_line_per_row_and_empty_missing_values(tmp_path):
     path = write_csv(tmp_path / "r.csv", sample_rows())
     with path.open(newline="") as f:
         recs = list(csv.DictReader(f))
-    assert len(recs) == 3
+    assert len(recs) == 5
     assert recs[1]["time_us"] == "" and recs[1]["check"] == "FAIL"
+    assert (recs[3]["resolved"], recs[3]["gemm_slowdown"]) == ("twoshot", "1.053")
+    assert recs[0]["resolved"] == "" and recs[0]["gemm_slowdown"] == ""
+    assert recs[4]["status"] == "inapplicable"  # not "n/a": CSV readers take that for missing
     assert float(recs[0]["busbw_gbs"]) == pytest.approx(125.83)
 
 
@@ -50,7 +60,7 @@ def test_json_round_trip_with_metadata(tmp_path):
     back, meta_back = read_json(path)
     assert back == rows and meta_back == meta
     doc = json.loads(path.read_text())
-    assert doc["fields"] == FIELDS and len(doc["results"]) == 3
+    assert doc["fields"] == FIELDS and len(doc["results"]) == 5
 
 
 def test_json_never_writes_nan(tmp_path):
@@ -59,6 +69,19 @@ def test_json_never_writes_nan(tmp_path):
     path = write_json(tmp_path / "r.json", [row], {})
     assert "NaN" not in path.read_text()
     assert read_json(path)[0][0].busbw_gbs is None
+
+
+def test_reads_csv_of_older_runs_without_the_new_columns(tmp_path):
+    path = write_csv(tmp_path / "r.csv", sample_rows()[:1])
+    with path.open(newline="") as f:
+        recs = list(csv.DictReader(f))
+    old = [k for k in FIELDS if k != "resolved" and not k.startswith(("gemm_", "ar_"))]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(recs)
+    back = read_csv(path)[0]
+    assert back.time_us == 12.5 and back.resolved == "" and back.gemm_slowdown is None
 
 
 def test_read_csv_rejects_other_files(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from mpiring import signals
 from mpiring.errors import MpiringTimeoutError
 from mpiring.signals import FREE, FULL, HEADER_BYTES, NUM_COUNTERS, SharedBoard, Waiter
 
@@ -59,3 +61,60 @@ def test_board_counters_and_payload() -> None:
     finally:
         board.close()
     board.close()  # a second close does nothing
+
+
+def test_timeout_error_facts_and_location() -> None:
+    """The error carries rank, peer and what was awaited; locate() adds where, in message and facts,
+    and the error survives pickling (mpi4py's lowercase collectives pickle objects)."""
+    with pytest.raises(MpiringTimeoutError) as info:
+        Waiter(0.05, 2).until(lambda: False, lambda: "rank 1 to fill slot 1 (seq 7)", peer=1)
+    err = info.value
+    assert (err.rank, err.peer, err.timeout, err.where, err.algorithm) == (2, 1, 0.05, "", None)
+    err.locate("in the ring algorithm, step 2 of 4 (reduce-scatter)", algorithm="ring", step="2 of 4", seq=7)
+    assert str(err).startswith("rank 2 timed out after 0.05 s in the ring algorithm, step 2 of 4 "
+                               "(reduce-scatter), waiting for rank 1 to fill slot 1 (seq 7); the peer may")
+    assert (err.algorithm, err.step, err.seq) == ("ring", "2 of 4", 7)
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and (again.peer, again.seq, again.step) == (1, 7, "2 of 4")
+
+
+class NeverDone:
+    """A nonblocking operation whose peers never come."""
+
+    def Test(self) -> bool:  # noqa: N802
+        return False
+
+
+def test_timed_out_request_is_kept_with_its_buffers() -> None:
+    """A request that times out stays pending: it and its buffers are kept for the process's life,
+    so MPI can never write into freed memory should it complete later."""
+    buffers = (np.zeros(3), np.zeros(3))
+    with pytest.raises(MpiringTimeoutError, match="waiting for every rank to do it; it never came"):
+        Waiter(0.05, 0).request(NeverDone(), lambda: "every rank to do it", hint="it never came",
+                                buffers=buffers)
+    request, kept = signals.ABANDONED_REQUESTS[-1]
+    assert isinstance(request, NeverDone) and kept is buffers
+
+
+def test_barrier_and_board_with_timeout() -> None:
+    """On one rank the bounded barrier, a bounded board's set-up and close all return at once."""
+    Waiter(1.0, 0).barrier(MPI.COMM_SELF, "nobody")
+    board = SharedBoard(MPI.COMM_SELF, payload_bytes=4096, timeout=1.0)
+    board.post(0, FULL[0], 3)
+    assert board.read(0, FULL[0]) == 3
+    board.close()
+    assert board.win == MPI.WIN_NULL and not board.counters
+    board.close()
+
+
+def test_abandoned_board_keeps_its_window() -> None:
+    """close(abandon=True) (after a failure) does not wait for peers: it marks this rank's row
+    ABANDONED and keeps the window alive, since a late peer may still write into it."""
+    board = SharedBoard(MPI.COMM_SELF, payload_bytes=4096, timeout=1.0)
+    row = board.counters[0]
+    kept = len(signals.ABANDONED_WINDOWS)
+    board.close(abandon=True)
+    assert board.win == MPI.WIN_NULL and not board.counters and not board.payloads
+    assert len(signals.ABANDONED_WINDOWS) == kept + 1
+    assert row[signals.CLOSING] == signals.ABANDONED  # still mapped: peers read it
+    board.close()

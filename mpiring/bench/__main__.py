@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     world = MPI.COMM_WORLD.Dup()
     reporter = Reporter(world.rank == 0, opts.progress)
     try:
-        return _run(opts, world, reporter)
-    except runner.BenchError as err:  # raised alike on every rank
-        reporter.stop()
-        reporter.error(f"mpiring.bench: {err}")
-        return 3
-    except BaseException as err:  # one rank's surprise: the others may be stuck, so abort
-        reporter.stop()
-        sys.stderr.write(f"mpiring.bench: rank {world.rank}: unexpected "
-                         f"{type(err).__name__}, aborting the job\n")
-        traceback.print_exc(file=sys.stderr)
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(3)
-        return 3
+        return runner.run_collectively("mpiring.bench", world, reporter,
+                                       lambda: _run(opts, world, reporter))
     finally:
         if not MPI.Is_finalized():
             world.Free()
@@ -61,6 +49,8 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     settings = {k: v for k, v in vars(opts).items() if k != "argv"}
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(),
                             settings=settings, argv=list(opts.argv))
+    if sw.overlap_line:
+        meta["overlap"] = sw.overlap_line
     stamp = _stamp(world)
     title = "mpiring allreduce benchmark"
     note = ""
@@ -73,7 +63,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     meta["elapsed_s"] = round(elapsed, 3)
     sw.comm.close()
 
-    status = exit_status(rows)
+    status = runner.exit_status(rows)
     # Rank 0 writes; the others wait so the run ends when the files exist.
     written: list[Path] = []
     problem = ""
@@ -107,15 +97,6 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     elif status == 2:
         reporter.error("mpiring.bench: some points raised errors (rows marked ERROR)")
     return status
-
-
-def exit_status(rows: list[Any]) -> int:
-    """1 if a check failed, else 2 if a point raised an error, else 0."""
-    if any(r.status == "fail" for r in rows):
-        return 1
-    if any(r.status == "error" for r in rows):
-        return 2
-    return 0
 
 
 if __name__ == "__main__":

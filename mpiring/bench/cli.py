@@ -11,21 +11,25 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from .algorithms import ALL, default_sweep
 from .data import DTYPE_NAMES
 from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
 
-GPU_ALGOS = ("nccl", "ring", "nccl-ring")  # baseline first
-HOST_ALGOS = ("mpi", "ring")
-ALL_ALGOS = ("ring", "nccl", "nccl-ring", "mpi")
 OPS = ("sum", "prod", "max", "min")
 PLACEMENTS = ("out", "in")
+OVERLAPS = ("gemm",)
+DEFAULT_GEMM_SIZE = 8192  # float16: about 1.1 TFLOP, 1-2 ms on an H100/H200
+MIN_GEMM_SIZE = 1024
 
 DESCRIPTION = """\
 Allreduce benchmark of mpiring next to its baselines, in the manner of nccl-tests.
 
-With GPUs it times mpiring's asynchronous CUDA IPC ring ("ring") against NCCL's allreduce
-("nccl") and a ring of NCCL send/recv ("nccl-ring") on CuPy arrays; without GPUs (or with
---host) it times mpiring's host pipeline ("ring") against MPI.Allreduce ("mpi").
+With GPUs it times NCCL's allreduce ("nccl", the reference of the speed-ups), a ring of NCCL
+send/recv ("nccl-ring"), and mpiring's algorithms on CuPy arrays: the copy-engine ring
+("ring"), the one-kernel "oneshot" (small messages; n/a above its size limit), the
+reduce-scatter + all-gather kernel "twoshot", and "auto" (what mpiring picks per size; the
+table shows the pick as auto:<name>). Without GPUs (or with --host) it times mpiring's host
+pipeline ("ring") against MPI.Allreduce ("mpi").
 
 Every point is checked before it is timed: per-rank integer inputs whose sum is exact, the
 output poisoned (NaN / a sentinel) before the call, and every element compared with the
@@ -34,6 +38,10 @@ not timed. Times are per iteration: a barrier, then k back-to-back calls timed t
 (CUDA events on the current stream, or MPI.Wtime), repeated --reps times; the table shows
 the median (and min/max/std) of the slowest rank. algbw = bytes / time,
 busbw = algbw * 2(n-1)/n, as in nccl-tests.
+
+--overlap gemm (GPUs) also measures, at every point, a large float16 matmul on its own stream
+running at the same time as the allreduce loop, and reports how much each slows the other
+down (see mpiring/bench/overlap.py for the method).
 """
 
 EPILOG = """\
@@ -41,17 +49,20 @@ examples:
   mpiexec -n 4 python -m mpiring.bench
   mpiexec -n 4 python -m mpiring.bench -b 1M -e 1G --batches 1,2,4,8 --placement out,in
   srun -n 4 python -m mpiring.bench -d bfloat16 --algo ring,nccl --name h200
+  mpiexec -n 4 python -m mpiring.bench --overlap gemm -b 1M -e 1G -f 4
   python -m mpiring.bench.plot results/allreduce_*.csv      # re-plot saved results
 
 Files: <output-dir>/<name>_<host>_<date>.csv (one row per algo x size x batches x
-placement), .json (same rows plus metadata), .png (busbw and latency vs size) and
-_batches.png (busbw per batches value, when several are given).
+placement), .json (same rows plus metadata), .png (busbw, latency and speed-up vs size),
+_batches.png (busbw per batches value, when several are given) and _overlap.png (GEMM and
+allreduce slowdown vs size, with --overlap gemm).
 
 Output: rank 0 prints; under mpiexec/srun its output is a pipe, so colours and the live
 progress bar are off unless --progress on (or TTY_COMPATIBLE=1 TTY_INTERACTIVE=1).
 
-exit status: 0 all points passed (or were skipped/unavailable), 1 a correctness check
-failed, 2 a point raised an error, 3 the run could not go on.
+exit status: 0 all points passed (or were skipped, unavailable or n/a: an algorithm that
+rejects a size, such as oneshot above its limit), 1 a correctness check failed, 2 a point
+raised an error, 3 the run could not go on.
 """
 
 
@@ -81,6 +92,11 @@ class Options:
     time_agreement: bool
     progress: str
     argv: tuple[str, ...]
+    overlap: str | None = None  # "gemm": also measure the allreduce beside a matmul
+    # "eager": Python calls back to back; "graph": k calls replayed from one CUDA graph
+    # (nccl-tests' -G); "gpu": graph where the algorithm can be captured, eager for the ring.
+    timing: str = "eager"
+    gemm_size: int = DEFAULT_GEMM_SIZE
 
     def size_range(self, gpu: bool) -> tuple[int, int]:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
@@ -98,7 +114,7 @@ def _rank() -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
+class RankZeroParser(argparse.ArgumentParser):
     """An argument parser that prints on rank 0 only (every rank parses the same argv)."""
 
     def _print_message(self, message: str, file: Any = None) -> None:
@@ -106,14 +122,15 @@ class _Parser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
-def _size(text: str) -> int:
+def size_arg(text: str) -> int:
+    """An argparse type: a message size such as 4096, 64K, 8G."""
     try:
         return parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _int_at_least(lowest: int):
+def int_at_least(lowest: int):
     """An argparse type: an integer no smaller than ``lowest``."""
     def parse(text: str) -> int:
         try:
@@ -126,11 +143,12 @@ def _int_at_least(lowest: int):
     return parse
 
 
-_positive_int = _int_at_least(1)
-_nonneg_int = _int_at_least(0)
+positive_int = int_at_least(1)
+_nonneg_int = int_at_least(0)
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """An argparse type: a number greater than 0."""
     try:
         value = float(text)
     except ValueError:
@@ -175,24 +193,25 @@ def _batches(text: str) -> tuple[int | str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m mpiring.bench", description=DESCRIPTION, epilog=EPILOG,
+    p = RankZeroParser(prog="python -m mpiring.bench", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("sizes (binary units: 1K = 1024 bytes)")
-    g.add_argument("-b", "--minbytes", type=_size, metavar="SIZE",
+    g.add_argument("-b", "--minbytes", type=size_arg, metavar="SIZE",
                    help=f"smallest message (default {GPU_DEFAULT[0]})")
-    g.add_argument("-e", "--maxbytes", type=_size, metavar="SIZE",
+    g.add_argument("-e", "--maxbytes", type=size_arg, metavar="SIZE",
                    help=f"largest message (default {GPU_DEFAULT[1]} on GPUs, "
                         f"{HOST_DEFAULT[1]} on the host)")
     g.add_argument("-f", "--stepfactor", type=float, metavar="F",
                    help="multiply the size by F from one point to the next (default 2)")
-    g.add_argument("-i", "--stepbytes", type=_size, metavar="SIZE",
+    g.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
                    help="add SIZE from one point to the next instead of multiplying")
 
     g = p.add_argument_group("what to run")
-    g.add_argument("-a", "--algo", type=_choices(ALL_ALGOS, "algorithm"), metavar="LIST",
+    g.add_argument("-a", "--algo", type=_choices(ALL, "algorithm"), metavar="LIST",
                    help="comma list of algorithms (default: all of the mode; GPU: "
-                        f"{','.join(GPU_ALGOS)}; host: {','.join(HOST_ALGOS)}); an "
-                        "unavailable one is reported and skipped")
+                        f"{','.join(default_sweep(True))}; host: "
+                        f"{','.join(default_sweep(False))}); an unavailable one is reported "
+                        "and skipped")
     g.add_argument("--batches", type=_batches, default=("auto",), metavar="LIST",
                    help="comma list of mini-batch counts for ring and nccl-ring, numbers "
                         "and/or 'auto' (default auto: mpiring picks by size); nccl and mpi "
@@ -207,23 +226,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="benchmark host arrays (mpiring's host pipeline vs MPI.Allreduce) "
                         "even where GPUs exist")
 
+    g = p.add_argument_group("overlap with compute (GPUs only)")
+    g.add_argument("--overlap", choices=OVERLAPS,
+                   help="gemm: at every point also time a large float16 matmul on its own "
+                        "stream, alone and while the allreduce loop runs, and report both "
+                        "slowdowns (GEMM time with / alone, allreduce time with / alone)")
+    g.add_argument("--gemm-size", type=int_at_least(MIN_GEMM_SIZE), default=DEFAULT_GEMM_SIZE,
+                   metavar="N", help=f"the matmul of --overlap: N x N by N x N, float16 "
+                   f"(default {DEFAULT_GEMM_SIZE}: 1-2 ms on an H200; the run stops if one "
+                   "takes under 100 us, where launches rather than the GPU would set its pace)")
+
     g = p.add_argument_group("timing")
-    g.add_argument("--time-budget", type=_positive_float, default=0.15, metavar="S",
+    g.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
                    help="seconds of timed iterations per point; the iteration count is "
                         "derived from the warm-up time (default 0.15)")
-    g.add_argument("-n", "--iters", type=_positive_int, metavar="N",
+    g.add_argument("-n", "--iters", type=positive_int, metavar="N",
                    help="timed iterations per repetition, instead of the time budget")
     g.add_argument("-w", "--warmup", type=_nonneg_int, metavar="N",
                    help="warm-up iterations (default: about 10%% of the budget, 2 to 50)")
-    g.add_argument("--reps", type=_positive_int, default=5, metavar="N",
+    g.add_argument("--reps", type=positive_int, default=5, metavar="N",
                    help="timed repetitions per point, for mean/std/min/max/median (default 5)")
-    g.add_argument("--max-iters", type=_positive_int, default=1000, metavar="N",
+    g.add_argument("--max-iters", type=positive_int, default=1000, metavar="N",
                    help="cap on timed iterations per repetition (default 1000)")
     g.add_argument("--time-agreement", action="store_true",
                    help="keep mpiring's per-call argument agreement (one small MPI_Allreduce "
                         "per call) in timed loops; by default it runs only for the checked "
                         "call, so the nccl row compares with nccl-tests")
-    g.add_argument("--timeout", type=_positive_float, metavar="S",
+    g.add_argument("--graph", action="store_true",
+                   help="GPUs: capture the k timed calls in one CUDA graph and time its replay "
+                        "(like nccl-tests -G): the GPU's time without Python launch overhead; "
+                        "algorithms that cannot be captured (ring) show n/a")
+    g.add_argument("--timeout", type=positive_float, metavar="S",
                    help="seconds mpiring waits for a peer before raising (default: "
                         "MPIRING_TIMEOUT or 300)")
 
@@ -270,5 +303,6 @@ def parse_args(argv: list[str] | None = None) -> Options:
         time_budget=ns.time_budget, max_iters=ns.max_iters, check=ns.check, host=ns.host,
         output_dir=ns.output_dir, name=ns.name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
-        argv=tuple(args_list),
+        argv=tuple(args_list), overlap=ns.overlap, gemm_size=ns.gemm_size,
+        timing="graph" if ns.graph else "eager",
     )

@@ -7,6 +7,10 @@ rank runs the same number of collective calls.
 Timing: ``Barrier``, then a region of ``k`` back-to-back calls timed with CUDA events on the
 current CuPy stream (GPU) or ``MPI.Wtime`` (host); per-iteration time = region / k; a few
 repetitions give mean/std/min/max/median, and the slowest rank's figures are reported.
+
+An algorithm that rejects a point's arguments (``InvalidArgumentError``: oneshot above its
+size limit, say) makes that point "inapplicable", reported n/a: not a failure, no effect on
+the exit status. One that cannot run here at all (``UnavailableError``) is "unavailable".
 """
 
 from __future__ import annotations
@@ -28,8 +32,6 @@ from .arrays import Mismatch
 from .data import InputGenerator, pieces
 from .stats import Stats, iterations_for, slowest_of, summarize
 
-BATCHED = ("ring", "nccl-ring")  # algorithms that take a mini-batch count
-BASELINES = ("nccl", "mpi")  # run once per size: they ignore batches
 # Errors raised before any data moved: the communicator stays usable after them.
 ARGUMENT_ERRORS = (InvalidArgumentError, PeerArgumentError, RankMismatchError, UnavailableError)
 
@@ -59,7 +61,7 @@ class Point:
 class Outcome:
     """What happened at a point, identical on every rank."""
 
-    status: str  # "ok", "fail", "error", "unavailable", "skipped"
+    status: str  # "ok", "fail", "error", "unavailable", "inapplicable", "skipped"
     check: str  # "OK", "FAIL", "off", "-"
     note: str = ""
     stats: Stats | None = None
@@ -69,6 +71,7 @@ class Outcome:
     reps: int | None = None
     errors: list[str] = field(default_factory=list)
     needs_rebuild: bool = False
+    overlap: Any = None  # an overlap.OverlapResult with --overlap gemm
 
 
 @dataclass(frozen=True)
@@ -106,26 +109,41 @@ class StageFailed(Exception):
         self.rebuild = rebuild
 
 
+def _kind(err: Exception) -> str:
+    """What a stage's exception means: "unavailable" (the algorithm cannot run here),
+    "inapplicable" (it rejects these arguments, e.g. a size over its limit), "peer" (another
+    rank rejected its arguments; that rank names the cause), or "error"."""
+    if isinstance(err, UnavailableError):
+        return "unavailable"
+    if isinstance(err, InvalidArgumentError):
+        return "inapplicable"
+    if isinstance(err, PeerArgumentError):
+        return "peer"
+    return "error"
+
+
 def agree(world: Any, fn: Callable[[], Any], share: bool = False) -> Any:
     """Collective: run ``fn`` here; raise :class:`StageFailed` on every rank when it raised
     on any. Returns ``fn``'s result, or with ``share`` every rank's (small, picklable)
-    result as a list."""
+    result as a list.
+
+    The failure's status is "unavailable" or "inapplicable" when every rank that names a
+    cause (not merely "a peer rejected its arguments") names that one, else "error"; the
+    errors list the causes first."""
     value = None
     try:
         value = fn()
-        local = ("ok", value if share else None, "")
-    except UnavailableError as err:
-        local = ("unavailable", None, f"{err}")
+        local = ("ok", value if share else None, "", True)
     except Exception as err:  # noqa: BLE001 - any failure must reach the other ranks
-        kind = "argument" if isinstance(err, ARGUMENT_ERRORS) else "error"
-        local = (kind, None, f"{type(err).__name__}: {err}")
+        local = (_kind(err), None, f"{type(err).__name__}: {err}", isinstance(err, ARGUMENT_ERRORS))
     gathered = world.allgather(local)
     bad = [(r, g) for r, g in enumerate(gathered) if g[0] != "ok"]
     if not bad:
         return [g[1] for g in gathered] if share else value
-    kinds = {g[0] for _, g in bad}
-    status = "unavailable" if kinds == {"unavailable"} else "error"
-    rebuild = "error" in kinds
+    causes = {g[0] for _, g in bad if g[0] != "peer"}
+    status = causes.pop() if causes in ({"unavailable"}, {"inapplicable"}) else "error"
+    rebuild = not all(g[3] for _, g in bad)  # an error mid-call: the communicator is spent
+    bad.sort(key=lambda rg: (rg[1][0] == "peer", rg[0]))
     errors = [f"rank {r}: {g[2]}" for r, g in bad]
     raise StageFailed(status, errors, rebuild)
 
@@ -186,13 +204,17 @@ class PointMeasurer:
     """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
 
     def __init__(self, world: Any, comm: Any, space: Any, policy: TimingPolicy, *,
-                 check: bool, time_agreement: bool, mpi_op: Any, in_place: Any) -> None:
+                 check: bool, time_agreement: bool, mpi_op: Any, in_place: Any,
+                 overlap: Any = None, graph: bool = False) -> None:
         self.world, self.comm, self.space, self.policy = world, comm, space, policy
         self.check = check
         self.time_agreement = time_agreement
         self.mpi_op = mpi_op
         self.in_place = in_place  # MPI.IN_PLACE
+        self.overlap = overlap  # an overlap.OverlapMeasurer, run after a point's timing
         self.timer = space.timer()
+        self.graph = graph  # time calls captured in a CUDA graph (see _timed_graph)
+        self._graph_stream = None
 
     def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
         comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
@@ -206,12 +228,38 @@ class PointMeasurer:
 
     def _timed(self, call: Callable[[], None], k: int) -> float:
         """Seconds per iteration of ``k`` back-to-back calls, after a barrier."""
+        if self.graph:
+            return self._timed_graph(call, k)
         self.space.synchronize()
         self.world.Barrier()
         self.timer.start()
         for _ in range(k):
             call()
         return self.timer.stop() / k
+
+    def _timed_graph(self, call: Callable[[], None], k: int) -> float:
+        """Seconds per call when ``k`` calls captured in one CUDA graph are replayed, after a
+        barrier: the GPU's own time, without the host's launch overhead (nccl-tests' -G).
+        Capture needs a stream of its own; the first call on it runs outside the capture,
+        so the capture holds only the calls themselves."""
+        cp = self.space.cp
+        if self._graph_stream is None:
+            self._graph_stream = cp.cuda.Stream(non_blocking=True)
+        stream = self._graph_stream
+        with stream:
+            call()
+            stream.begin_capture()
+            try:
+                for _ in range(k):
+                    call()
+            finally:
+                graph = stream.end_capture()
+            graph.launch(stream)  # warm: the first replay uploads the graph
+            self.space.synchronize()
+            self.world.Barrier()
+            self.timer.start()
+            graph.launch(stream)
+            return self.timer.stop() / k
 
     def measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
         try:
@@ -230,7 +278,12 @@ class PointMeasurer:
                 self._check(point, bufs, call)
                 check_label = "OK"
             self.comm.check = self.time_agreement
-            return self._time(call, check_label)
+            outcome = self._time(call, check_label)
+            if self.overlap is not None:
+                with np.errstate(all="ignore"):  # in place, values grow (see _time)
+                    outcome.overlap = self.overlap.measure(call, point.algo,
+                                                           outcome.stats.median, outcome.iters)
+            return outcome
         finally:
             self.comm.check = saved
 

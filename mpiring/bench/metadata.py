@@ -90,8 +90,9 @@ def mpi_versions() -> dict[str, Any]:
 
 
 def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
-            argv: list[str]) -> dict[str, Any]:
-    """Collective: the metadata of this run (every rank gets the same dict)."""
+            argv: list[str], prog: str = "mpiring.bench") -> dict[str, Any]:
+    """Collective: the metadata of this run of ``python -m <prog>`` (every rank gets the same
+    dict)."""
     gpus = world.allgather(gpu_of_this_rank() if mode == "gpu" else None)
     hosts = world.allgather(socket.gethostname())
     import mpiring
@@ -104,7 +105,7 @@ def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
         "world_size": world.size,
         "mode": mode,
         "memory": space,
-        "command": shlex.join([sys.executable, "-m", "mpiring.bench", *argv]),
+        "command": shlex.join([sys.executable, "-m", prog, *argv]),
         "gpus": [g for g in gpus] if mode == "gpu" else [],
         "gpu_names": sorted({g["name"] for g in gpus if g}) if mode == "gpu" else [],
         "python": platform.python_version(),

@@ -1,9 +1,12 @@
 """Figures of a benchmark run (matplotlib, Agg backend; no display needed).
 
-  <prefix>.png          bus bandwidth vs size (the S-curve) and latency vs size, one line
-                        per algorithm; shaded bands span the min..max repetition
+  <prefix>.png          bus bandwidth vs size (the S-curve), latency vs size and speed-up
+                        over the baseline vs size, one line per algorithm; shaded bands span
+                        the min..max repetition
   <prefix>_batches.png  bus bandwidth vs size per batches value, for every algorithm run
                         with several (e.g. --batches 1,2,4,8)
+  <prefix>_overlap.png  with --overlap gemm: the GEMM's slowdown and the allreduce's slowdown
+                        vs size, one line per algorithm
 
 Re-plot saved results: ``python -m mpiring.bench.plot results/run.csv [-o PREFIX]`` (the
 run's .json next to the CSV, if present, supplies the title).
@@ -24,13 +27,39 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from .algorithms import AUTO, default_sweep  # noqa: E402
 from .results import Row, read_csv, read_json  # noqa: E402
 from .sizes import format_size  # noqa: E402
 from .stats import busbw  # noqa: E402
 
-COLORS = {"ring": "#1f77b4", "nccl": "#2ca02c", "nccl-ring": "#ff7f0e", "mpi": "#7f7f7f"}
-MARKERS = {"ring": "o", "nccl": "s", "nccl-ring": "^", "mpi": "D"}
-ORDER = {"ring": 0, "nccl-ring": 1, "nccl": 2, "mpi": 3}
+# algorithm: (legend name, colour, marker); others get a colour of the fallback cycle.
+STYLES = {
+    "nccl": ("NCCL allreduce", "#2ca02c", "s"),
+    "nccl-ring": ("NCCL send/recv ring", "#ff7f0e", "^"),
+    "ring": ("mpiring ring", "#1f77b4", "o"),
+    "oneshot": ("mpiring one-shot", "#9467bd", "v"),
+    "twoshot": ("mpiring two-shot", "#8c564b", "D"),
+    "auto": ("mpiring auto", "#d62728", "x"),
+    "mpi": ("MPI.Allreduce", "#7f7f7f", "D"),
+}
+_FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")
+ORDER = {a: i for i, a in enumerate(dict.fromkeys(default_sweep(True) + default_sweep(False)))}
+
+
+def _style(algo: str) -> tuple[str, str, str]:
+    if algo in STYLES:
+        return STYLES[algo]
+    return algo, _FALLBACK[sum(map(ord, algo)) % len(_FALLBACK)], "o"
+
+
+def line_style(algo: str, placement: str, label: str) -> dict[str, Any]:
+    """Matplotlib keywords of one algorithm's line: in-place dashed, auto dotted on top."""
+    _, color, marker = _style(algo)
+    dashes = {("out", False): "-", ("in", False): "--", ("out", True): ":", ("in", True): "-."}
+    return dict(color=color, marker=marker, markersize=4, label=label,
+                linewidth=2.2 if algo in ("ring", AUTO) else 1.6,
+                zorder=3 if algo in ("ring", AUTO) else 2,
+                linestyle=dashes[(placement, algo == AUTO)])
 
 
 def _short_size(nbytes: int) -> str:
@@ -55,8 +84,7 @@ def size_axis(ax: Any, sizes: list[int], max_ticks: int = 10) -> None:
 
 
 def _label(algo: str, batches: str, placement: str, mode: str) -> str:
-    text = {"ring": "mpiring ring", "nccl": "NCCL allreduce", "nccl-ring": "NCCL send/recv ring",
-            "mpi": "MPI.Allreduce"}.get(algo, algo)
+    text = _style(algo)[0]
     if mode == "best":
         text += " (best batches)"
     elif batches not in ("-", "auto"):
@@ -121,32 +149,47 @@ def _time_label(us: float, _pos: Any = None) -> str:
     return f"{us:g} \u00b5s"
 
 
+def _times_label(x: float, _pos: Any = None) -> str:
+    """Ratio tick labels: 0.5x, 1x, 2x."""
+    return f"{x:g}\u00d7"
+
+
 def _band(r: Row, nranks: int) -> tuple[float, float]:
     lo = busbw(r.size_bytes, r.max_us * 1e-6, nranks) if r.max_us else math.nan
     hi = busbw(r.size_bytes, r.min_us * 1e-6, nranks) if r.min_us else math.nan
     return lo, hi
 
 
+def _legend_below(fig: Any, ax: Any) -> float:
+    """One legend under the panels (they share their lines); returns the room it takes."""
+    handles, labels = ax.get_legend_handles_labels()
+    ncol = min(4, max(1, len(labels)))
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    return 0.03 + 0.035 * math.ceil(len(labels) / ncol)
+
+
 def plot_main(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | None:
     series = main_series(rows)
     if not series:
         return None
-    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(14, 6.2))
+    baseline = next((r.baseline for r in rows if r.baseline), "")
+    speedups = baseline and any(r.speedup is not None for _, _, _, rs in series for r in rs)
+    fig, axes = plt.subplots(1, 3 if speedups else 2, figsize=(20 if speedups else 14, 6.8))
+    ax_bw, ax_t = axes[0], axes[1]
     sizes = sorted({r.size_bytes for _, _, _, rs in series for r in rs})
     for label, algo, place, rs in series:
         x = [r.size_bytes for r in rs]
-        style = dict(color=COLORS.get(algo), marker=MARKERS.get(algo, "o"), markersize=4,
-                     linewidth=2.2 if algo == "ring" else 1.6, zorder=3 if algo == "ring" else 2,
-                     linestyle="-" if place == "out" else "--", label=label)
+        style = line_style(algo, place, label)
         ax_bw.plot(x, [r.busbw_gbs for r in rs], **style)
         bands = [_band(r, r.nranks) for r in rs]
         ax_bw.fill_between(x, [b[0] for b in bands], [b[1] for b in bands],
-                           color=COLORS.get(algo), alpha=0.12, linewidth=0)
+                           color=style["color"], alpha=0.12, linewidth=0)
         ax_t.plot(x, [r.time_us for r in rs], **style)
         ax_t.fill_between(x, [r.min_us for r in rs], [r.max_us for r in rs],
-                          color=COLORS.get(algo), alpha=0.12, linewidth=0)
-    size_axis(ax_bw, sizes)
-    size_axis(ax_t, sizes)
+                          color=style["color"], alpha=0.12, linewidth=0)
+        if speedups and algo != baseline:
+            pts = [(r.size_bytes, r.speedup) for r in rs if r.speedup is not None]
+            axes[2].plot([p[0] for p in pts], [p[1] for p in pts], **style)
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     ax_bw.set_ylim(bottom=0)
     ax_bw.set_title("bus bandwidth  (busbw = bytes/time \u00b7 2(n\u22121)/n)", fontsize=10)
@@ -154,11 +197,50 @@ def plot_main(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | None:
     ax_t.yaxis.set_major_formatter(FuncFormatter(_time_label))
     ax_t.set_ylabel("time per allreduce")
     ax_t.set_title("latency", fontsize=10)
-    for ax in (ax_bw, ax_t):
+    if speedups:
+        ax_s = axes[2]
+        ax_s.axhline(1.0, color="#888888", linewidth=1.2, linestyle="--")
+        ax_s.set_yscale("log")
+        for axis_ticks in (ax_s.yaxis.set_major_formatter, ax_s.yaxis.set_minor_formatter):
+            axis_ticks(FuncFormatter(_times_label))
+        ax_s.set_ylabel(f"speed-up vs {baseline} (its time / this time)")
+        ax_s.set_title(f"speed-up over {_style(baseline)[0]} (above 1: faster)", fontsize=10)
+    for ax in axes:
+        size_axis(ax, sizes)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=9, loc="upper left")
+    room = _legend_below(fig, ax_t)
     _title(fig, rows, meta, "mpiring benchmark")
-    fig.tight_layout(rect=(0, 0, 1, 0.91))
+    fig.tight_layout(rect=(0, room, 1, 0.91))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_overlap(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | None:
+    """GEMM slowdown and allreduce slowdown vs size, per algorithm (--overlap gemm)."""
+    series = main_series([r for r in rows if r.gemm_slowdown is not None])
+    if not series:
+        return None
+    fig, (ax_g, ax_a) = plt.subplots(1, 2, figsize=(14, 6.8))
+    sizes = sorted({r.size_bytes for _, _, _, rs in series for r in rs})
+    for label, algo, place, rs in series:
+        style = line_style(algo, place, label)
+        ax_g.plot([r.size_bytes for r in rs], [r.gemm_slowdown for r in rs], **style)
+        pts = [(r.size_bytes, r.ar_slowdown) for r in rs if r.ar_slowdown is not None]
+        ax_a.plot([p[0] for p in pts], [p[1] for p in pts], **style)
+    what = meta.get("overlap") or "a large GEMM on its own stream"
+    ax_g.set_title(f"GEMM slowdown: its time beside the allreduce loop / alone\n({what})",
+                   fontsize=10)
+    ax_a.set_title("allreduce slowdown: its time beside the GEMMs / alone", fontsize=10)
+    for ax, who in ((ax_g, "GEMM"), (ax_a, "allreduce")):
+        ax.axhline(1.0, color="#888888", linewidth=1.2, linestyle="--")
+        ax.set_ylabel(f"{who} slowdown (1 = unaffected)")
+        ax.yaxis.set_major_formatter(FuncFormatter(_times_label))
+        size_axis(ax, sizes)
+        ax.grid(True, which="major", alpha=0.3)
+    room = _legend_below(fig, ax_g)
+    _title(fig, rows, meta, "overlap with compute", bands=False)
+    fig.tight_layout(rect=(0, room, 1, 0.91))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -226,7 +308,8 @@ def plot_results(rows: list[Row], meta: dict[str, Any], prefix: str | Path) -> l
     """Write the figures of ``rows`` next to ``prefix``; returns the files written."""
     prefix = str(prefix)
     written = [plot_main(rows, meta, Path(prefix + ".png")),
-               plot_batches(rows, meta, Path(prefix + "_batches.png"))]
+               plot_batches(rows, meta, Path(prefix + "_batches.png")),
+               plot_overlap(rows, meta, Path(prefix + "_overlap.png"))]
     return [p for p in written if p is not None]
 
 

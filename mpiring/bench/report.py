@@ -47,8 +47,14 @@ def fmt_speedup(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
 
 
+def algo_label(row: Row) -> str:
+    """The algorithm, with auto's pick at this size: ``auto:twoshot``."""
+    return f"{row.algo}:{row.resolved}" if row.resolved else row.algo
+
+
 _CHECK_STYLE = {"OK": "green", "FAIL": "bold red", "off": "yellow", "-": "dim"}
-_STATUS_CHECK = {"error": "ERROR", "unavailable": "n/a", "skipped": "skip"}
+_STATUS_CHECK = {"error": "ERROR", "unavailable": "n/a", "inapplicable": "n/a", "skipped": "skip"}
+QUIET = ("ok", "skipped", "unavailable", "inapplicable")  # statuses whose note is not printed
 
 
 def _check_text(row: Row) -> Text:
@@ -70,13 +76,14 @@ def _speedup_text(row: Row) -> Text:
 Column = tuple[str, int, Callable[[Row], Any]]
 
 
-def columns(baseline: str) -> list[Column]:
-    return [
+def columns(baseline: str, overlap: bool = False) -> list[Column]:
+    """The table's columns; with ``overlap``, the two slowdowns of --overlap gemm too."""
+    cols: list[Column] = [
         ("size", 9, lambda r: format_size(r.size_bytes)),
         ("count", 11, lambda r: str(r.count)),
         ("type", 8, lambda r: r.dtype),
         ("op", 4, lambda r: r.op),
-        ("algo", 9, lambda r: Text(r.algo, style="bold" if r.algo == "ring" else "")),
+        ("algo", 12, lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
         ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
                                  else f"auto:{r.batches_used}"),
         ("place", 5, lambda r: r.placement),
@@ -87,8 +94,11 @@ def columns(baseline: str) -> list[Column]:
         ("algbw\n(GB/s)", 7, lambda r: fmt_bw(r.algbw_gbs)),
         ("busbw\n(GB/s)", 7, lambda r: fmt_bw(r.busbw_gbs)),
         (f"speed-up\nvs {baseline}" if baseline else "speed-up", 9, _speedup_text),
-        ("check", 5, _check_text),
     ]
+    if overlap:
+        cols += [("GEMM\nslowdown", 8, lambda r: fmt_speedup(r.gemm_slowdown)),
+                 ("allred.\nslowdown", 8, lambda r: fmt_speedup(r.ar_slowdown))]
+    return cols + [("check", 5, _check_text)]
 
 
 def table_width(cols: list[Column]) -> int:
@@ -107,9 +117,10 @@ def _table(cols: list[Column], header: bool) -> Table:
 class Reporter:
     """Rank 0's console output; every method is a no-op when ``enabled`` is False."""
 
-    def __init__(self, enabled: bool, progress: str = "auto", baseline: str = "") -> None:
+    def __init__(self, enabled: bool, progress: str = "auto", baseline: str = "",
+                 overlap: bool = False) -> None:
         self.enabled = enabled
-        self.cols = columns(baseline)
+        self.cols = columns(baseline, overlap)
         self._progress: Progress | None = None
         self._task: Any = None
         if not enabled:
@@ -118,14 +129,20 @@ class Reporter:
         self.out = Console(highlight=False, soft_wrap=True,
                            force_terminal=True if force else None,
                            force_interactive=True if force else None)
-        # Never squeeze the table: a pipe reads as 80 columns, and so does the pseudo-terminal
-        # Open MPI's mpirun gives rank 0, whatever the real terminal's width.
-        self.out.width = max(self.out.width, table_width(self.cols))
+        self._fit_width()
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.live = progress != "off" and self.out.is_interactive
 
-    def set_baseline(self, baseline: str) -> None:
-        self.cols = columns(baseline)
+    def _fit_width(self) -> None:
+        # Never squeeze the table: a pipe reads as 80 columns, and so does the pseudo-terminal
+        # Open MPI's mpirun gives rank 0, whatever the real terminal's width.
+        self.out.width = max(self.out.width, table_width(self.cols))
+
+    def set_baseline(self, baseline: str, overlap: bool = False) -> None:
+        """The columns of this run: speed-up against ``baseline``, slowdowns with ``overlap``."""
+        self.cols = columns(baseline, overlap)
+        if self.enabled:
+            self._fit_width()
 
     # -- plain output ------------------------------------------------------------------
 
@@ -179,7 +196,7 @@ class Reporter:
         t = _table(self.cols, header=False)
         t.add_row(*(getter(row) for _, _, getter in self.cols))
         self.print(t)
-        if row.status not in ("ok", "skipped", "unavailable") and row.note:
+        if row.status not in QUIET and row.note:
             self.print(Text(f"#   {row.note}", style="red"))
 
     def section(self) -> None:

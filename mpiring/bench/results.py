@@ -16,7 +16,13 @@ from typing import Any
 class Row:
     """One benchmark point. Times are the slowest rank's per-iteration figures in
     microseconds over the timed repetitions; bandwidths in GB/s (1e9 bytes/s), computed
-    from the median time; ``speedup`` = baseline median time / this median time."""
+    from the median time; ``speedup`` = baseline median time / this median time.
+
+    ``resolved``: for ``auto``, the algorithm it runs at this size (empty where the
+    communicator cannot say). The ``gemm_*``/``ar_*`` fields come from ``--overlap gemm``
+    (see :mod:`mpiring.bench.overlap`): per-GEMM and per-allreduce times alone and at the same
+    time, and their ratios (``*_slowdown`` = time with the other / time alone).
+    """
 
     size_bytes: int
     count: int
@@ -26,7 +32,7 @@ class Row:
     batches: str  # as asked: "-" (not applicable), "auto", or a number
     placement: str  # "out" or "in"
     nranks: int
-    status: str  # ok, fail, error, unavailable, skipped
+    status: str  # ok, fail, error, unavailable, inapplicable (shown n/a), skipped
     check: str  # OK, FAIL, off, -
     time_us: float | None = None  # median
     mean_us: float | None = None
@@ -42,6 +48,13 @@ class Row:
     reps: int | None = None
     slowest_rank: int | None = None
     batches_used: int | None = None  # the mini-batch count the calls ran with
+    resolved: str = ""  # auto's pick at this size
+    gemm_alone_us: float | None = None
+    gemm_overlap_us: float | None = None
+    gemm_slowdown: float | None = None
+    ar_alone_us: float | None = None
+    ar_overlap_us: float | None = None
+    ar_slowdown: float | None = None
     note: str = ""
 
     @property
@@ -53,7 +66,8 @@ FIELDS = [f.name for f in fields(Row)]
 _INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
                "batches_used"}
 _FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
-                 "speedup"}
+                 "speedup", "gemm_alone_us", "gemm_overlap_us", "gemm_slowdown", "ar_alone_us",
+                 "ar_overlap_us", "ar_slowdown"}
 
 
 def _clean(value: Any) -> Any:

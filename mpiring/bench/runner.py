@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
+import statistics
+import sys
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mpi4py import MPI
 
 from ..communicator import Communicator
+from ..errors import MpiringError
+from .algorithms import AUTO, BATCHED, default_sweep, reference, runnable
 from .arrays import make_space
-from .cli import GPU_ALGOS, HOST_ALGOS, Options
+from .cli import Options
 from .data import InputGenerator, describe_rule, point_seed, resolve_dtype
 from .measure import (
-    BATCHED,
     Outcome,
     Point,
     PointMeasurer,
@@ -44,6 +48,37 @@ class BenchError(Exception):
     """A problem every rank sees alike: the run stops cleanly (exit status 3)."""
 
 
+def run_collectively(prog: str, world: Any, reporter: Reporter, body: Callable[[], int]) -> int:
+    """Run ``body`` (a collective command's work) and return its exit status. A
+    :class:`BenchError`, raised alike on every rank, ends it with status 3 and its message; any
+    other exception on one rank aborts the whole job, since the others may be waiting for it
+    in a collective call that would never return."""
+    try:
+        return body()
+    except BenchError as err:
+        reporter.stop()
+        reporter.error(f"{prog}: {err}")
+        return 3
+    except BaseException as err:
+        reporter.stop()
+        sys.stderr.write(f"{prog}: rank {world.rank}: unexpected {type(err).__name__}, "
+                         "aborting the job\n")
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(3)
+        return 3
+
+
+def exit_status(rows: list[Row]) -> int:
+    """1 if a check failed, else 2 if a point raised an error, else 0 (points skipped,
+    unavailable or n/a are no failure)."""
+    if any(r.status == "fail" for r in rows):
+        return 1
+    if any(r.status == "error" for r in rows):
+        return 2
+    return 0
+
+
 @dataclass
 class Sweep:
     """Everything one run needs; built by :func:`setup`."""
@@ -59,8 +94,10 @@ class Sweep:
     unavailable: dict[str, str]  # algorithm -> why
     sizes: list[tuple[int, int]]
     dtype: Any
+    overlap: Any = None  # an overlap.OverlapMeasurer with --overlap gemm
+    overlap_line: str = ""  # what the overlap load is, for the banner
     rows: list[Row] = field(default_factory=list)
-    started: float = field(default_factory=time.perf_counter)
+    inapplicable: set[str] = field(default_factory=set)  # algorithms already noted n/a
 
     @property
     def rank(self) -> int:
@@ -76,23 +113,24 @@ class Sweep:
         return pts
 
 
-def _algorithms(opts: Options, gpu: bool) -> tuple[list[str], str, dict[str, str]]:
+def _algorithms(wanted: Sequence[str] | None, gpu: bool) -> tuple[list[str], str, dict[str, str]]:
     """(algorithms to run, baseline first; baseline name; unavailable ones with why)."""
-    mode_algos = GPU_ALGOS if gpu else HOST_ALGOS
-    wanted = list(opts.algos) if opts.algos else list(mode_algos)
+    can = runnable(gpu)
+    wanted = list(wanted) if wanted else list(default_sweep(gpu))
     unavailable = {}
     for a in wanted:
-        if a not in mode_algos:
+        if a not in can:
             kind = "host" if gpu else "GPU"
             unavailable[a] = (f"{a} reduces {kind} arrays; this run benchmarks "
-                              f"{'GPU' if gpu else 'host'} arrays ({', '.join(mode_algos)})")
-    run = [a for a in mode_algos if a in wanted]  # the mode's order: baseline first
-    baseline = mode_algos[0]
-    return run, baseline, unavailable
+                              f"{'GPU' if gpu else 'host'} arrays ({', '.join(can)})")
+    run = [a for a in can if a in wanted]  # the mode's order: baseline first
+    return run, reference(gpu), unavailable
 
 
-def setup(opts: Options, world: Any, reporter: Reporter) -> Sweep:
-    """Collective: communicator, memory space, sizes; raises BenchError on every rank."""
+def setup(opts: Options, world: Any, reporter: Reporter,
+          algos_for: Callable[[bool], Sequence[str]] | None = None) -> Sweep:
+    """Collective: communicator, memory space, sizes; raises BenchError on every rank.
+    ``algos_for(gpu)``, when given, replaces ``opts.algos`` once the mode is known."""
     try:
         comm = Communicator(MPI.COMM_WORLD, gpu=False if opts.host else None,
                             timeout=opts.timeout)
@@ -100,6 +138,16 @@ def setup(opts: Options, world: Any, reporter: Reporter) -> Sweep:
         raise BenchError(f"cannot create the mpiring communicator: {type(err).__name__}: "
                          f"{err}") from err
     gpu = comm.gpu
+    if opts.timing != "eager" and not gpu:
+        comm.close()
+        raise BenchError("--graph needs GPUs: it captures the calls in a CUDA graph; drop --graph "
+                         "to time host arrays")
+    if opts.overlap and not gpu:
+        comm.close()
+        why = "--host was given" if opts.host else "no GPU was found (CuPy and a CUDA GPU)"
+        raise BenchError(f"--overlap {opts.overlap} needs GPUs: it runs a CuPy matmul beside "
+                         f"the allreduce on each rank's GPU, but {why}; drop --overlap to "
+                         "benchmark the host transport")
     try:
         dtype = resolve_dtype(opts.dtype)
         lo, hi = opts.size_range(gpu)
@@ -114,10 +162,35 @@ def setup(opts: Options, world: Any, reporter: Reporter) -> Sweep:
     except StageFailed as err:
         comm.close()
         raise BenchError("cannot set up the benchmark buffers: " + "; ".join(err.errors)) from err
-    algos, baseline, unavailable = _algorithms(opts, gpu)
-    reporter.set_baseline(baseline if baseline in algos else "")
-    return Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos,
-                 baseline if baseline in algos else "", unavailable, sizes, dtype)
+    algos, baseline, unavailable = _algorithms(algos_for(gpu) if algos_for else opts.algos, gpu)
+    baseline = baseline if baseline in algos else ""
+    reporter.set_baseline(baseline, overlap=bool(opts.overlap))
+    sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
+               unavailable, sizes, dtype)
+    if opts.overlap:
+        _set_up_overlap(sw)
+    return sw
+
+
+def _set_up_overlap(sw: Sweep) -> None:
+    """Collective: the GEMM load of --overlap gemm, and its time alone (slowest rank's)."""
+    from .overlap import MIN_GEMM_S, GemmLoad, OverlapMeasurer
+
+    opts = sw.opts
+    try:
+        load = agree(sw.world, lambda: GemmLoad(opts.gemm_size, seed=opts.seed + sw.rank))
+        gemm_s = max(agree(sw.world, load.calibrate, share=True))
+    except StageFailed as err:
+        sw.comm.close()
+        raise BenchError(f"cannot set up the GEMM of --overlap gemm (--gemm-size "
+                         f"{opts.gemm_size}): " + "; ".join(err.errors)) from err
+    if gemm_s < MIN_GEMM_S:
+        sw.comm.close()
+        raise BenchError(f"a {opts.gemm_size}x{opts.gemm_size} GEMM takes {gemm_s * 1e6:.1f} us, "
+                         f"under {MIN_GEMM_S * 1e6:.0f} us: launches, not the GPU, would set its "
+                         "pace; use a larger --gemm-size (e.g. 8192)")
+    sw.overlap = OverlapMeasurer(sw.world, load, opts.reps, gemm_s)
+    sw.overlap_line = load.describe(gemm_s)
 
 
 def _fits(sw: Sweep, count: int) -> tuple[bool, str]:
@@ -137,12 +210,36 @@ def _fits(sw: Sweep, count: int) -> tuple[bool, str]:
                    f"{format_size(f)} free")
 
 
+def _resolved(comm: Any, count: int, dtype: Any) -> str:
+    """The algorithm ``auto`` runs for ``count`` elements, where the communicator can say
+    (``Communicator.resolve``); "?" if asking failed."""
+    resolve = getattr(comm, "resolve", None)
+    if resolve is None:
+        return ""
+    try:
+        return str(resolve(count, dtype, algorithm=AUTO))
+    except (MpiringError, ValueError, TypeError):
+        return "?"
+
+
 def _row(sw: Sweep, p: Point, out: Outcome) -> Row:
     row = Row(size_bytes=p.nbytes, count=p.count, dtype=p.dtype, op=p.op, algo=p.algo,
               batches=p.batches_label, placement=p.placement, nranks=sw.world.size,
               status=out.status, check=out.check, note=out.note, baseline=sw.baseline,
               batches_used=sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu",
                                                algorithm=p.algo, batches=p.call_batches))
+    if p.algo == AUTO:
+        row.resolved = _resolved(sw.comm, p.count, sw.dtype)
+    ov = out.overlap
+    if ov is not None:
+        us = {k: None if v is None else v * 1e6 for k, v in (
+            ("gemm_alone_us", ov.gemm_alone_s), ("gemm_overlap_us", ov.gemm_with_s),
+            ("ar_alone_us", ov.ar_alone_s), ("ar_overlap_us", ov.ar_with_s))}
+        for name, value in us.items():
+            setattr(row, name, value)
+        row.gemm_slowdown, row.ar_slowdown = ov.gemm_slowdown, ov.ar_slowdown
+        if ov.note:
+            row.note = "; ".join(n for n in (row.note, ov.note) if n)
     s = out.stats
     if s is not None:
         row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6
@@ -240,26 +337,46 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
                        f"{p.placement}")
         measurer = PointMeasurer(sw.world, sw.comm, space, policy, check=opts.check,
                                  time_agreement=opts.time_agreement,
-                                 mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE)
+                                 mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
+                                 overlap=sw.overlap, graph=_in_graph(opts, p.algo))
         out = measurer.measure(p, bufs)
-        if out.status == "unavailable":
-            sw.unavailable[p.algo] = out.note.split(": ", 1)[-1]
-            rep.note(f"{p.algo}: unavailable ({sw.unavailable[p.algo]})", style="dim")
         row = _row(sw, p, out)
         row.speedup = _speedup(sw, row)
         sw.rows.append(row)
-        if out.status != "unavailable":
-            rep.row(row)
-            for extra in out.errors[1:6]:
-                rep.print(f"#   {extra}", style="red")
-            if len(out.errors) > 6:
-                rep.print(f"#   ... and {len(out.errors) - 6} more", style="red")
+        _show(sw, p, out, row)
         rep.advance()
         if out.needs_rebuild:
             rep.note("rebuilding the communicator after the error", style="red")
             _rebuild(sw)
     del bufs
     agree(sw.world, space.release)
+
+
+def _show(sw: Sweep, p: Point, out: Outcome, row: Row) -> None:
+    """Print a measured point: its row, and notes on what it taught about the algorithm."""
+    rep = sw.reporter
+    if out.status == "unavailable":  # for the whole run: its later points are not tried
+        sw.unavailable[p.algo] = _reason(out.note)
+        rep.note(f"{p.algo}: unavailable ({sw.unavailable[p.algo]})", style="dim")
+        return
+    if out.status == "inapplicable" and p.algo not in sw.inapplicable:
+        sw.inapplicable.add(p.algo)  # noted once; its rows say n/a
+        rep.note(f"{p.algo}: n/a from {format_size(p.nbytes)} ({_reason(out.note)})",
+                 style="dim")
+    if out.overlap is not None and out.overlap.note:
+        rep.note(f"{format_size(p.nbytes)} {p.algo}: {out.overlap.note}")
+    rep.row(row)
+    if out.status in ("fail", "error"):
+        for extra in out.errors[1:6]:
+            rep.print(f"#   {extra}", style="red")
+        if len(out.errors) > 6:
+            rep.print(f"#   ... and {len(out.errors) - 6} more", style="red")
+
+
+def _reason(note: str) -> str:
+    """An outcome's note without its "rank N: ErrorType: " prefix."""
+    parts = note.split(": ", 2)
+    return parts[-1] if len(parts) == 3 and parts[0].startswith("rank ") else note
 
 
 def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
@@ -291,14 +408,24 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
                      f"agreement {'on' if opts.time_agreement else 'off'} in timed loops"),
         ("check", _check_line(sw) if opts.check else "off (--no-check): results not verified"),
     ]
+    if sw.overlap_line:
+        lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
+                                 "time alone (mpiring/bench/overlap.py)"))
     return lines
+
+
+def _in_graph(opts: Options, algo: str) -> bool:
+    """Whether ``algo``'s calls are timed from a CUDA graph (the ring cannot be captured)."""
+    return opts.timing == "graph" or (opts.timing == "gpu" and algo != "ring")
 
 
 def _timing_line(opts: Options) -> str:
     iters = (f"{opts.iters} iterations" if opts.iters
              else f"{opts.time_budget:g} s per point (max {opts.max_iters} iterations)")
     warm = f"{opts.warmup} warm-up" if opts.warmup is not None else "auto warm-up"
-    return f"{iters}, {warm}, {opts.reps} repetitions"
+    graph = {"eager": "", "graph": "; each repetition's calls replayed from one CUDA graph (--graph)",
+             "gpu": "; calls replayed from one CUDA graph, except the ring's (GPU time)"}[opts.timing]
+    return f"{iters}, {warm}, {opts.reps} repetitions{graph}"
 
 
 def _check_line(sw: Sweep) -> str:
@@ -310,7 +437,7 @@ def _check_line(sw: Sweep) -> str:
 
 def summary_lines(rows: list[Row], baseline: str) -> list[str]:
     """Per algorithm: points, failures, average and peak bus bandwidth (nccl-tests' 'Avg bus
-    bandwidth'), and the largest speed-up over the baseline."""
+    bandwidth'), the largest speed-up over the baseline, and with --overlap the slowdowns."""
     lines = []
     keys = list(dict.fromkeys((r.algo, r.batches, r.placement) for r in rows))
     for algo, batches, place in keys:
@@ -318,7 +445,8 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
         timed = [r for r in group if r.timed]
         fails = sum(r.status == "fail" for r in group)
         errors = sum(r.status == "error" for r in group)
-        if not timed and not fails and not errors:
+        na = sum(r.status == "inapplicable" for r in group)
+        if not timed and not fails and not errors and not na:
             continue
         label = f"{algo}" + (f" batches={batches}" if batches != "-" else "") + f" {place}"
         parts = [f"{len(timed)}/{len(group)} timed"]
@@ -332,9 +460,26 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
                 best = max(sp, key=lambda r: r.speedup)
                 parts.append(f"best {best.speedup:.2f}x vs {baseline} at "
                              f"{format_size(best.size_bytes)}")
+            gemm = _finite(r.gemm_slowdown for r in timed)
+            if gemm:
+                parts.append(f"GEMM slowdown {_spread(gemm)}")
+            ar = _finite(r.ar_slowdown for r in timed)
+            if ar:
+                parts.append(f"allreduce slowdown {_spread(ar)}")
+        if na:
+            parts.append(f"{na} n/a")
         if fails:
             parts.append(f"{fails} FAILED check")
         if errors:
             parts.append(f"{errors} errors")
         lines.append(f"{label}: " + ", ".join(parts))
     return lines
+
+
+def _finite(values: Any) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def _spread(values: list[float]) -> str:
+    """Median and range over sizes: "median 1.04x (1.01x to 1.10x)"."""
+    return f"median {statistics.median(values):.2f}x ({min(values):.2f}x to {max(values):.2f}x)"

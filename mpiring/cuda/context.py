@@ -1,46 +1,112 @@
-"""Everything a communicator holds on the GPU: its device, the CUDA IPC ring, the NCCL baselines."""
+"""Everything a communicator holds on the GPU: its device, the IPC staging, the copy-engine
+ring, the one-shot/two-shot kernels, and the NCCL baselines."""
 
 from __future__ import annotations
+
+import os
 
 from mpi4py import MPI
 
 from ..buffers import Buffer
+from ..errors import InvalidArgumentError
 from ..ops import Op
 from ..pipeline import RingPipeline
 from ..schedule import RingPlan, choose_batches
 from ..transports.cuda_ipc import CudaIpcTransport
 from .device import bind_device, check_device_pointer
+from .direct import DirectKernels
 from .kernels import FoldKernel
+from .layout import StagingLayout
+from .memops import StreamMemOps
+from .staging import IpcStaging
 
-# Two 64 MiB slots per rank. Each transfer costs a ~20 us bubble on the GPU, so big chunks pay:
-# 1 GiB took 5870 / 5100 / 4640 us with 16 / 32 / 64 MiB slots on 4 H200s.
-DEFAULT_SLOT_BYTES = 64 << 20
+# Two 128 MiB ring slots per rank: every transfer still costs about 9 us of GPU time, so big
+# chunks pay (1 GiB on 4 H200s: 5147 / 4703 / 4480 / 4410 us with 16 / 32 / 64 / 128 MiB slots).
+DEFAULT_SLOT_BYTES = 128 << 20
+ONESHOT_BYTES = 4 << 20  # a one-shot slot (two per rank): messages up to 4 MiB / ranks
+TWOSHOT_BYTES = 32 << 20  # the two-shot chunk (two staging halves of it per rank)
+# Grid of the direct kernels (equal on all ranks; set-up checks). Two-shot at 64 MiB on 4 H200s:
+# 458 / 425 / 389 us with 32 / 64 / 128 blocks; one-shot latency barely moves (8.1 vs 7.8 us).
+DIRECT_BLOCKS = int(os.environ.get("MPIRING_DIRECT_BLOCKS", 128))
+
+
+def staging_layout(slot_bytes: int | None) -> StagingLayout:
+    """The staging of one communicator, from the ring slot size asked for (64 KiB multiples)."""
+    slot = DEFAULT_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
+    if slot <= 0:
+        raise InvalidArgumentError(f"slot_bytes must be positive, got {slot_bytes}")
+    slot = -(-slot // (64 << 10)) * (64 << 10)
+    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, DIRECT_BLOCKS)
 
 
 class GpuContext:
-    """The GPU side of one communicator. Staging memory per rank: ``2 * slot_bytes`` (rounded
-    to 2 MiB) for the ring, plus ``slot_bytes`` for nccl-ring once that algorithm is used."""
+    """The GPU side of one communicator. Staging memory per rank: ``layout.alloc_bytes``
+    (2 ring slots + 2 one-shot slots + 2 two-shot halves + 64 KiB of flags, rounded to
+    2 MiB: 330 MiB by default), plus ``slot_bytes`` for nccl-ring once that is used."""
 
     def __init__(self, comm: MPI.Intracomm, node: MPI.Intracomm, device: int | None,
                  slot_bytes: int | None, timeout: float) -> None:
         import cupy
 
         self._cupy = cupy
+        self._rt = cupy.cuda.runtime
         self.comm = comm
+        self.layout = staging_layout(slot_bytes)
+        self.slot_bytes = self.layout.slot_bytes
         self.device_id = bind_device(node, device)
-        self.slot_bytes = DEFAULT_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
         self.kernel = FoldKernel(self.device_id)
-        self.transport = CudaIpcTransport(node, self.device_id, self.slot_bytes, timeout, self.kernel)
-        self.pipeline = RingPipeline(self.transport)
+        self.memops = StreamMemOps(self.device_id)
+        self.staging = IpcStaging(node, self.layout)
+        self.transport: CudaIpcTransport | None = None
         self._nccl = None
+        self._switch_event = None
+        self._last_stream = None
+        try:
+            self.transport = CudaIpcTransport(self.staging, self.memops, self.kernel)
+            self.pipeline = RingPipeline(self.transport)
+            self.direct = DirectKernels(self.staging, self.layout)
+            self._switch_event = self._rt.eventCreateWithFlags(self._rt.eventDisableTiming)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def oneshot_limit(self) -> int:
+        """The largest message, in bytes, the one-shot kernel takes."""
+        return self.direct.oneshot_limit
+
+    @property
+    def staging_bytes(self) -> int:
+        """Device memory this communicator allocated for staging on this rank."""
+        return self.layout.alloc_bytes
 
     def current_stream(self):
         """The caller's current CuPy stream, on which calls are ordered."""
         return self._cupy.cuda.get_current_stream()
 
+    def ordered_stream(self):
+        """The caller's stream, made to wait for the previous call if that ran on another
+        stream: mpiring's own calls share flags and staging, so they must never overlap."""
+        stream = self.current_stream()
+        last = self._last_stream
+        if last is not None and last.ptr != stream.ptr:
+            self._rt.eventRecord(self._switch_event, last.ptr)
+            self._rt.streamWaitEvent(stream.ptr, self._switch_event, 0)
+        self._last_stream = stream  # holding it keeps the stream alive for the next switch
+        return stream
+
+    def capturing(self) -> bool:
+        """Whether the caller's stream is being captured into a CUDA graph."""
+        return self.current_stream().is_capturing()
+
     def check_buffer(self, buf: Buffer, role: str) -> None:
         """Raise unless ``buf`` is plain device memory on this rank's GPU."""
         check_device_pointer(buf, self.device_id, role)
+
+    def direct_call(self, kind: str, send: Buffer | None, recv: Buffer, op: Op) -> None:
+        """Run the one-shot or two-shot kernel on the caller's stream (one launch)."""
+        src = recv.address if send is None else send.address
+        self.direct.launch(kind, src, recv.address, recv.count, recv.dtype, op, self.ordered_stream())
 
     def baseline(self, algo: str, send: Buffer | None, recv: Buffer, op: Op,
                  batches: int | None) -> None:
@@ -56,9 +122,8 @@ class GpuContext:
             return
         if self.comm.size == 1:
             if send is not None:
-                self._cupy.cuda.runtime.memcpyAsync(recv.address, send.address, recv.nbytes,
-                                                    self._cupy.cuda.runtime.memcpyDeviceToDevice,
-                                                    stream.ptr)
+                self._rt.memcpyAsync(recv.address, send.address, recv.nbytes,
+                                     self._rt.memcpyDeviceToDevice, stream.ptr)
             return
         nb = self.ring_batches(recv.count, recv.dtype, batches)
         self._nccl.ring(RingPlan(self.comm.size, recv.count, nb), src, recv.address, recv.dtype,
@@ -70,8 +135,18 @@ class GpuContext:
         return choose_batches(count, self.comm.size, capacity, batches, 1)
 
     def close(self) -> None:
+        """Collective: drain everything that touches the staging, then unmap and free it."""
         if self._nccl is not None:
             self.current_stream().synchronize()
             self._nccl.close()
             self._nccl = None
-        self.transport.close()
+        if self._last_stream is not None:
+            self._last_stream.synchronize()  # the last direct kernel reads peers' staging
+            self._last_stream = None
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        if self._switch_event is not None:
+            self._rt.eventDestroy(self._switch_event)
+            self._switch_event = None
+        self.staging.close()

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..ops import Op
 
-_SOURCE = r"""
+# Element types (storage type S, arithmetic type A) and reduction ops, shared by every kernel.
+TYPES_SOURCE = r"""
 typedef unsigned short u16;
 
 struct F32 { typedef float S; typedef float A;
@@ -45,7 +46,9 @@ struct Sum  { template <class A> static __device__ __forceinline__ A f(A a, A b)
 struct Prod { template <class A> static __device__ __forceinline__ A f(A a, A b) { return a * b; } };
 struct Max  { template <class A> static __device__ __forceinline__ A f(A a, A b) { return (a > b || a != a) ? a : b; } };
 struct Min  { template <class A> static __device__ __forceinline__ A f(A a, A b) { return (a < b || a != a) ? a : b; } };
+"""
 
+_FOLD_SOURCE = r"""
 template <class T, class Op>
 __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __restrict__ in,
                      const typename T::S* __restrict__ slot, long long n, int vectorized) {
@@ -70,22 +73,22 @@ __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __res
 }
 """
 
-_TYPES = {"float32": "F32", "float64": "F64", "int32": "I32", "int64": "I64",
+TYPES = {"float32": "F32", "float64": "F64", "int32": "I32", "int64": "I64",
           "float16": "F16", "bfloat16": "BF16"}
-_OPS = {Op.SUM: "Sum", Op.PROD: "Prod", Op.MAX: "Max", Op.MIN: "Min"}
+OPS = {Op.SUM: "Sum", Op.PROD: "Prod", Op.MAX: "Max", Op.MIN: "Min"}
 THREADS = 256
 
 
 def _name(dtype: np.dtype, op: Op) -> str:
-    return f"fold<{_TYPES[np.dtype(dtype).name]}, {_OPS[op]}>"
+    return f"fold<{TYPES[np.dtype(dtype).name]}, {OPS[op]}>"
 
 
 @functools.cache
 def _module():
     import cupy
 
-    names = [f"fold<{t}, {o}>" for t in _TYPES.values() for o in _OPS.values()]
-    return cupy.RawModule(code=_SOURCE, options=("--std=c++14",), name_expressions=names)
+    names = [f"fold<{t}, {o}>" for t in TYPES.values() for o in OPS.values()]
+    return cupy.RawModule(code=TYPES_SOURCE + _FOLD_SOURCE, options=("--std=c++14",), name_expressions=names)
 
 
 class FoldKernel:

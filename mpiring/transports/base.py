@@ -94,5 +94,6 @@ class RingTransport(ABC):
         """Elements of ``dtype`` one receive slot holds."""
 
     @abstractmethod
-    def close(self) -> None:
-        """Collective: release what the transport holds, after peers are done with it."""
+    def close(self, abandon: bool = False) -> None:
+        """Collective: release what the transport holds, after peers are done with it; with
+        ``abandon`` (after a failure, when peers may be gone) local only."""

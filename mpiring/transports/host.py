@@ -21,7 +21,7 @@ class HostTransport(RingTransport):
     def __init__(self, node_comm: MPI.Intracomm, slot_bytes: int, timeout: float) -> None:
         self.rank, self.size = node_comm.rank, node_comm.size
         self.slot_bytes = slot_bytes - slot_bytes % PAYLOAD_ALIGN or PAYLOAD_ALIGN
-        self.board = SharedBoard(node_comm, payload_bytes=2 * self.slot_bytes)
+        self.board = SharedBoard(node_comm, payload_bytes=2 * self.slot_bytes, timeout=timeout)
         self.next = (self.rank + 1) % self.size
         self.prev = (self.rank - 1) % self.size
         self.waiter = Waiter(timeout, self.rank)
@@ -53,7 +53,7 @@ class HostTransport(RingTransport):
     def wait_slot_free(self, slot: int, seq: int) -> None:
         self.waiter.counter_at_least(
             self.board, self.next, FREE[slot], seq,
-            lambda: f"rank {self.next} to free slot {slot} (seq {seq})",
+            lambda: f"rank {self.next} to free slot {slot} (seq {seq})", peer=self.next,
         )
 
     def send(self, slot: int, source: Source, start: int, count: int) -> None:
@@ -66,7 +66,7 @@ class HostTransport(RingTransport):
     def wait_slot_full(self, slot: int, seq: int) -> None:
         self.waiter.counter_at_least(
             self.board, self.rank, FULL[slot], seq,
-            lambda: f"rank {self.prev} to fill slot {slot} (seq {seq})",
+            lambda: f"rank {self.prev} to fill slot {slot} (seq {seq})", peer=self.prev,
         )
 
     def fold(self, slot: int, start: int, count: int, reduce: bool) -> None:
@@ -83,7 +83,9 @@ class HostTransport(RingTransport):
     def copy_input(self) -> None:
         np.copyto(self._call.recv, self._call.send)
 
-    def close(self) -> None:
+    def close(self, abandon: bool = False) -> None:
+        """Collective, bounded by the timeout; ``abandon`` after a failure: see :meth:`SharedBoard.close`."""
         self._views.clear()
         self._own = self._peer = None
-        self.board.close()
+        self._call = self._input = None  # drop the caller's arrays a failed call left bound
+        self.board.close(abandon)

@@ -6,6 +6,7 @@ stay in step for the next one.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -161,13 +162,46 @@ def run_allreduce(comm: Any, x: np.ndarray, op: Op, mode: str, **kwargs: Any) ->
 
 
 def reduce_and_check(comm: Any, dtype: np.dtype, op: Op, count: int, mode: str, seed: int,
-                     label: str, identical: bool = True, **kwargs: Any) -> list[str]:
-    """One verified call: make inputs, gather them, reduce, check every element and every rank."""
+                     label: str, identical: bool = True, group: MPI.Intracomm = world,
+                     **kwargs: Any) -> list[str]:
+    """One verified call: make inputs, gather them, reduce, check every element and every rank.
+
+    ``group`` is the MPI communicator ``comm`` was made from (for the reference and the
+    cross-rank comparison).
+    """
     x = make_input(dtype, op, count, seed)
-    stack = gather_inputs(x)
+    stack = gather_inputs(x, group)
     out, problems = run_allreduce(comm, x, op, mode, **kwargs)
     problems += check_result(out, stack, op, label)
     if identical:
-        problems += check_identical(out, label)
+        problems += check_identical(out, label, group)
     return problems
+
+
+def resources() -> dict[str, int]:
+    """What a leaking communicator would grow in this process: open file descriptors, shared
+    memory mappings (MPI shared windows), and, on MPICH, the MPI communicators and windows alive.
+
+    MPICH reuses freed handle slots before it takes new ones, so the highest handle among more
+    new objects than were ever freed at once rises by one for every object leaked since.
+    """
+    with open("/proc/self/maps") as maps:
+        shared = sum(1 for line in maps if line.split()[1].endswith("s"))
+    found = {"fds": len(os.listdir("/proc/self/fd")), "shared mappings": shared}
+    if MPI.Get_library_version().startswith("MPICH"):
+        comms = [MPI.COMM_SELF.Dup() for _ in range(64)]
+        found["highest communicator handle"] = max(c.handle & 0xFFFFFFFF for c in comms)
+        for c in comms:
+            c.Free()
+        wins = [MPI.Win.Allocate_shared(8, 1, comm=MPI.COMM_SELF) for _ in range(24)]
+        found["highest window handle"] = max(w.handle & 0xFFFFFFFF for w in wins)
+        for w in wins:
+            w.Free()
+    return found
+
+
+def growth(before: dict[str, int], after: dict[str, int], slack: int = 4) -> list[str]:
+    """Problems if any resource of ``after`` exceeds ``before`` by more than ``slack``."""
+    return [f"{name} grew from {before[name]} to {after[name]}" for name in before
+            if after[name] > before[name] + slack]
 

@@ -15,10 +15,18 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+import mpiring
 from mpiring.bench.__main__ import main
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
-from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, TimingPolicy
+from mpiring.bench.measure import (
+    Point,
+    PointMeasurer,
+    SizeBuffers,
+    StageFailed,
+    TimingPolicy,
+    agree,
+)
 from mpiring.bench.stats import bus_factor
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -133,4 +141,52 @@ def test_exception_on_one_rank_is_an_error_on_all():
     problems = []
     if out.status != "error" or out.errors != ["rank 1: RuntimeError: injected failure"]:
         problems.append(f"outcome {out.status}: {out.errors}")
+    verdict(problems)
+
+
+def test_auto_on_the_host_runs_or_is_not_applicable(shared_dir):
+    """auto with host arrays: timed and checked if the communicator takes it (it means ring
+    there), else n/a rows; either way no failure, exit status 0."""
+    status = main(["-b", "1K", "-e", "4K", "--algo", "mpi,ring,auto", "--output-dir",
+                   str(shared_dir), "--name", "auto", "--time-budget", "0.005", "--reps", "2",
+                   "--no-plot", "--progress", "off"])
+    problems = [] if status == 0 else [f"exit status {status}"]
+    world.Barrier()
+    with next(shared_dir.glob("auto_*.csv")).open() as f:
+        rows = [r for r in csv.DictReader(f) if r["algo"] == "auto"]
+    if len(rows) != 3:
+        problems.append(f"{len(rows)} auto rows")
+    for r in rows:
+        fine = ((r["status"], r["check"]) == ("ok", "OK") and r["resolved"] in ("", "ring")
+                or (r["status"], r["check"]) == ("inapplicable", "-") and r["note"])
+        if not fine:
+            problems.append(f"auto row {r['size_bytes']}: {r['status']} {r['check']} "
+                            f"{r['resolved']!r} {r['note']}")
+    verdict(problems)
+
+
+def test_overlap_needs_gpus(shared_dir, capsys):
+    status = main(["--host", "--overlap", "gemm", "-b", "1K", "-e", "1K", "--output-dir",
+                   str(shared_dir), "--progress", "off"])
+    problems = [] if status == 3 else [f"exit status {status}"]
+    if world.rank == 0 and "--overlap gemm needs GPUs" not in capsys.readouterr().err:
+        problems.append("no message saying --overlap needs GPUs")
+    verdict(problems)
+
+
+def test_argument_rejected_on_one_rank_is_not_applicable_on_all():
+    def stage():
+        if world.rank == 1:
+            raise mpiring.InvalidArgumentError("oneshot takes at most 1 MiB")
+        raise mpiring.PeerArgumentError("rank 1 rejected its arguments")
+
+    problems = []
+    try:
+        agree(world, stage)
+        problems.append("no StageFailed")
+    except StageFailed as err:
+        if (err.status, err.rebuild) != ("inapplicable", False):
+            problems.append(f"status {err.status}, rebuild {err.rebuild}")
+        if err.errors[0] != "rank 1: InvalidArgumentError: oneshot takes at most 1 MiB":
+            problems.append(f"first error {err.errors[0]}")
     verdict(problems)

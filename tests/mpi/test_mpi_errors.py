@@ -18,6 +18,7 @@ from mpiring import (
     RankMismatchError,
     UnavailableError,
 )
+from mpiring.errors import PeerFailedError
 from mpiring.ops import Op
 
 COUNT = 1000
@@ -181,3 +182,4 @@ def test_errors_are_mpiring_errors() -> None:
     assert issubclass(InvalidArgumentError, MpiringError) and issubclass(InvalidArgumentError, ValueError)
     assert issubclass(PeerArgumentError, MpiringError) and issubclass(RankMismatchError, MpiringError)
     assert issubclass(mpiring.MpiringTimeoutError, TimeoutError)
+    assert issubclass(mpiring.MpiringTimeoutError, MpiringError) and issubclass(PeerFailedError, MpiringError)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from mpi4py import MPI
-from mpi_support import DTYPES, all_ok, attempt, expect_raised, reduce_and_check
+from mpi_support import DTYPES, all_ok, attempt, expect_raised, growth, reduce_and_check, resources
 
 import mpiring
 from mpiring import (
@@ -18,6 +18,7 @@ from mpiring import (
     MpiringTimeoutError,
     UnavailableError,
 )
+from mpiring.errors import PeerFailedError
 from mpiring.ops import Op
 
 pytestmark = pytest.mark.mpi(min_size=1)
@@ -58,7 +59,9 @@ def test_context_manager(world: MPI.Intracomm) -> None:
 
 
 def test_many_communicators(world: MPI.Intracomm) -> None:
-    """Communicators can be created and closed over and over, and several live at once."""
+    """Communicators can be created and closed over and over (250 cycles), and several live at
+    once, without growing what they hold: file descriptors, shared-memory windows (mappings,
+    window handles) and MPI communicators (handles). Protection: close() frees all of them."""
     problems = []
     comms = [new_comm(world, slot_bytes=4096 * (i + 1)) for i in range(3)]
     for i in range(30):
@@ -67,11 +70,54 @@ def test_many_communicators(world: MPI.Intracomm) -> None:
                                      label=f"interleaved {i}")
     for comm in comms:
         comm.close()
+    for _ in range(50):  # warm-up: first-use allocations of MPI and numpy are not leaks
+        new_comm(world).close()
+    before = resources()
     for i in range(200):
         with new_comm(world) as comm:
             if i % 50 == 0:
                 problems += reduce_and_check(comm, np.dtype(np.int32), Op.SUM, 300, "out", seed=i,
                                              label=f"fresh {i}")
+    problems += growth(before, resources())
+    all_ok(problems)
+
+
+def split_groups(world: MPI.Intracomm) -> list[MPI.Intracomm]:
+    """Eight MPI communicators from comm.Split: the whole world and its halves, in rank order
+    and reversed, so mpiring ranks differ from world ranks."""
+    groups = []
+    for k in range(8):
+        color = world.rank % 2 if k % 2 else 0
+        key = world.rank if k % 4 < 2 else -world.rank
+        groups.append(world.Split(color, key))
+    return groups
+
+
+def test_eight_communicators_at_once(world: MPI.Intracomm) -> None:
+    """Eight communicators (from comm.Split) alive at once, used interleaved, give exact results,
+    and rounds of creating and closing all eight grow nothing. Protection: every communicator
+    has its own MPI duplicate and shared memory; close() frees them."""
+    problems: list[str] = []
+    order = np.random.default_rng(8)  # the same on every rank
+    snapshots = []
+    for round_ in range(4):
+        if round_ == 1:
+            snapshots.append(resources())  # after one round of first-use allocations
+        groups = split_groups(world)
+        comms = [new_comm(g) for g in groups]
+        for i in range(24):
+            k = int(order.integers(8))
+            problems += reduce_and_check(comms[k], DTYPES[i % len(DTYPES)], Op(i % 4 + 1), 50 + 97 * i,
+                                         ["out", "in_place", "new"][i % 3], seed=round_ * 100 + i,
+                                         label=f"round {round_} call {i} on communicator {k}",
+                                         group=groups[k])
+        for comm, group in zip(comms, groups, strict=True):
+            comm.close()
+            group.Free()
+        problems += [f"Allreduce after close: {p}" for p in expect_raised(
+            attempt(lambda c=comms[0]: c.Allreduce(np.ones(3), np.zeros(3))), CommunicatorClosedError,
+            "this communicator is closed")]
+    problems += growth(snapshots[0], resources())
     all_ok(problems)
 
 
@@ -189,34 +235,129 @@ def test_stragglers(world: MPI.Intracomm) -> None:
     all_ok(problems)
 
 
+def timeout_problems(err: BaseException | None, took: float, timeout: float) -> list[str]:
+    """Problems if ``err`` is not a timeout raised after about ``timeout`` seconds."""
+    problems = [] if isinstance(err, MpiringTimeoutError) else [f"expected a timeout, got {err!r}"]
+    if not timeout <= took < timeout + 5:
+        problems.append(f"raised after {took:.2f} s, the timeout is {timeout} s")
+    return problems
+
+
+def failed_afterwards(comm: mpiring.Communicator) -> list[str]:
+    """Problems unless ``comm`` refuses use after its failure, and closes at once."""
+    problems = expect_raised(attempt(lambda: comm.Allreduce(np.ones(10), np.zeros(10))),
+                             CommunicatorClosedError, "failed earlier", "MpiringTimeoutError")
+    if "failed" not in repr(comm):
+        problems.append(f"repr does not show the failure: {comm!r}")
+    start = time.monotonic()
+    err = attempt(comm.close)
+    took = time.monotonic() - start
+    if err is not None:
+        problems.append(f"close after the failure raised {err!r}")
+    if took > 0.3:
+        problems.append(f"close after the failure waited {took:.2f} s for peers")
+    return problems
+
+
+def late_close(comm: mpiring.Communicator, wait: float) -> list[str]:
+    """The rank that skipped: close after the others failed; it learns why, at once."""
+    time.sleep(wait)
+    start = time.monotonic()
+    problems = expect_raised(attempt(comm.close), PeerFailedError, "abandoned it after an error")
+    if time.monotonic() - start > 0.3:
+        problems.append(f"close waited {time.monotonic() - start:.2f} s although peers had abandoned")
+    return problems
+
+
 @pytest.mark.mpi(min_size=2)
 def test_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> None:
-    """When one rank skips a call, the others raise MpiringTimeoutError naming whom they waited for."""
+    """check=False, one rank skips a call: within the timeout every other rank raises
+    MpiringTimeoutError naming itself, the peer, the algorithm, the step and the sequence number;
+    the communicator then refuses use, and close() never waits on either side.
+    Protection: the ring's bounded waits (signals.Waiter) and the close handshake."""
     me, size = world.rank, world.size
     skip = size - 1
     victim = (skip + 1) % size  # the rank whose previous neighbour never sends
     comm = new_comm(world, check=False, timeout=0.5, batches=1)
-    try:
-        problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 1000, "out", seed=3, label="warm-up")
-        base = comm._host.next_seq
+    problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 1000, "out", seed=3, label="warm-up")
+    base = comm._host.next_seq
+    if me == skip:
+        problems += late_close(comm, 1.5)
+    else:
         start = time.monotonic()
-        err = None if me == skip else attempt(lambda: comm.Allreduce(np.ones(1000), np.zeros(1000)))
-        took = time.monotonic() - start
-        if me != skip:
-            problems += expect_raised(err, MpiringTimeoutError, f"rank {me} timed out after 0.5 s waiting "
-                                      "for rank", "(seq ")
-            if me == victim:
-                problems += expect_raised(err, MpiringTimeoutError,
-                                          f"waiting for rank {skip} to fill slot {base % 2} (seq {base})")
-            if not 0.5 <= took < 30:
-                problems.append(f"timed out after {took:.2f} s")
-            problems += expect_raised(attempt(lambda: comm.Allreduce(np.ones(10), np.zeros(10))),
-                                      CommunicatorClosedError, "failed earlier", "MpiringTimeoutError")
-            if "failed" not in repr(comm):
-                problems.append(f"repr does not show the failure: {comm!r}")
-    finally:
-        comm.close()  # collective, on every rank, whatever happened above
+        err = attempt(lambda: comm.Allreduce(np.ones(1000), np.zeros(1000)))
+        problems += timeout_problems(err, time.monotonic() - start, 0.5)
+        problems += expect_raised(err, MpiringTimeoutError, f"rank {me} timed out after 0.5 s in the ring "
+                                  "algorithm, step ", ", waiting for rank", "(seq ")
+        if me == victim:
+            steps = 2 * (size - 1)
+            problems += expect_raised(
+                err, MpiringTimeoutError,
+                f"ring algorithm, step 1 of {steps} (reduce-scatter), batch 1 of 1, fold of transfer seq "
+                f"{base}, waiting for rank {skip} to fill slot {base % 2} (seq {base})")
+            facts = (err.rank, err.peer, err.algorithm, err.step, err.seq) if err else None
+            if facts != (me, skip, "ring", f"1 of {steps} (reduce-scatter)", base):
+                problems.append(f"error attributes {facts}")
+        problems += failed_afterwards(comm)
     with new_comm(world) as fresh:  # the ranks are in step again
         problems += reduce_and_check(fresh, np.dtype(np.float64), Op.SUM, 4321, "out", seed=6,
                                      label="after timeout")
+    all_ok(problems)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_agreement_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> None:
+    """check=True, one rank skips a call: every other rank raises MpiringTimeoutError from the
+    agreement check within the timeout, naming the rank that did not call and the call number,
+    and before touching the output. Protection: the bounded (nonblocking, polled) agreement
+    allreduce; without it these ranks block in MPI_Allreduce for ever."""
+    me, size = world.rank, world.size
+    skip = size // 2
+    comm = new_comm(world, timeout=0.5)
+    problems = reduce_and_check(comm, np.dtype(np.int32), Op.MAX, 777, "out", seed=4, label="warm-up")
+    call = comm._agreement.calls + 1
+    if me == skip:
+        problems += late_close(comm, 1.5)
+    else:
+        out = np.full(1000, -7.0)
+        start = time.monotonic()
+        err = attempt(lambda: comm.Allreduce(np.ones(1000), out))
+        problems += timeout_problems(err, time.monotonic() - start, 0.5)
+        problems += expect_raised(
+            err, MpiringTimeoutError,
+            f"rank {me} timed out after 0.5 s in the agreement check of call {call} (algorithm ring), "
+            f"waiting for every rank to enter the agreement check of call {call}: 1 of {size} ranks did not "
+            f"call allreduce (rank {skip} is at call {call - 1})")
+        facts = (err.peer, err.step, err.seq) if err else None
+        if facts != (skip, "agreement check", call):
+            problems.append(f"error attributes {facts}")
+        if not (out == -7.0).all():
+            problems.append("the output was written although the call never started")
+        problems += failed_afterwards(comm)
+    with new_comm(world) as fresh:
+        problems += reduce_and_check(fresh, np.dtype(np.float32), Op.SUM, 999, "in_place", seed=7,
+                                     label="after agreement timeout")
+    all_ok(problems)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_close_is_bounded(world: MPI.Intracomm) -> None:
+    """close() waits for the peers, but within the timeout: a rank whose peers do not close in time
+    raises MpiringTimeoutError naming them, and the late ranks then raise PeerFailedError at once
+    instead of blocking in MPI_Win_free. Protection: the close handshake in shared memory."""
+    comm = new_comm(world, timeout=0.5)
+    problems = reduce_and_check(comm, np.dtype(np.float64), Op.SUM, 100, "out", seed=9, label="warm-up")
+    if world.rank == 0:
+        start = time.monotonic()
+        err = attempt(comm.close)
+        problems += timeout_problems(err, time.monotonic() - start, 0.5)
+        late = list(range(1, world.size))
+        problems += expect_raised(err, MpiringTimeoutError, "rank 0 timed out after 0.5 s waiting for every "
+                                  f"rank to close the communicator (ranks {late} did not)")
+    else:
+        problems += late_close(comm, 1.5)
+    problems += expect_raised(attempt(lambda: comm.Allreduce(np.ones(3), np.zeros(3))),
+                              CommunicatorClosedError, "this communicator is closed")
+    with new_comm(world) as fresh:
+        problems += reduce_and_check(fresh, np.dtype(np.int64), Op.SUM, 100, "out", seed=10, label="after")
     all_ok(problems)

@@ -1,0 +1,98 @@
+"""Where everything lives in a rank's one IPC staging allocation (pure arithmetic, no CUDA).
+
+Every rank exports a single ``cudaMalloc`` allocation; peers map it once at set-up::
+
+    [ control | ring slot 0 | ring slot 1 | one-shot slot 0 | one-shot slot 1 | two-shot in | two-shot out ]
+
+Control holds sequence-number flags (64-bit words, each written by exactly one peer, waited
+on only by the owner) and the per-block counters of the direct kernels:
+
+* ``ring_full[k]``: written by the previous rank after it copied into ring slot k;
+* ``ring_free[k]``: written by the next rank after it folded the slot k it received from us;
+* ``direct_flags[src][block]``: written by rank ``src``'s block ``block`` at each barrier of
+  the one-shot / two-shot kernels;
+* ``direct_counters[block]``: barriers passed so far by this rank's block (local only).
+
+A flag lives in the memory of the rank that waits on it, so every wait polls local memory
+and every signal is one remote write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALLOC_ALIGN = 2 << 20  # the granularity CUDA IPC exports anyway
+REGION_ALIGN = 64 << 10
+WORD = 8
+MAX_RANKS = 8  # ranks of one node: the direct kernels' flag table has a row per rank
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class StagingLayout:
+    """Byte offsets of every region, from the sizes asked for."""
+
+    slot_bytes: int  # one ring slot
+    oneshot_bytes: int  # one of the two one-shot slots: the largest one-shot message
+    twoshot_bytes: int  # each of the two two-shot halves: the two-shot chunk
+    blocks: int  # thread blocks of the direct kernels (fixed, so flags line up across ranks)
+
+    def __post_init__(self) -> None:
+        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes"):
+            if getattr(self, name) % REGION_ALIGN:
+                raise ValueError(f"{name} must be a multiple of {REGION_ALIGN}")
+
+    # -- control words -------------------------------------------------------------------
+    RING_FULL = 0
+    RING_FREE = 256
+
+    def ring_full(self, slot: int) -> int:
+        return self.RING_FULL + WORD * slot
+
+    def ring_free(self, slot: int) -> int:
+        return self.RING_FREE + WORD * slot
+
+    @property
+    def direct_flags(self) -> int:
+        return 4096
+
+    def direct_flag(self, src: int, block: int) -> int:
+        return self.direct_flags + WORD * (src * self.blocks + block)
+
+    @property
+    def direct_counters(self) -> int:
+        return _align(self.direct_flags + WORD * MAX_RANKS * self.blocks, 256)
+
+    @property
+    def control_bytes(self) -> int:
+        return _align(self.direct_counters + WORD * self.blocks, REGION_ALIGN)
+
+    # -- data regions --------------------------------------------------------------------
+    def ring_slot(self, k: int) -> int:
+        return self.control_bytes + k * self.slot_bytes
+
+    def oneshot_slot(self, k: int) -> int:
+        return self.ring_slot(2) + k * self.oneshot_bytes
+
+    @property
+    def twoshot_in(self) -> int:
+        return self.oneshot_slot(2)
+
+    @property
+    def twoshot_out(self) -> int:
+        return self.twoshot_in + self.twoshot_bytes
+
+    @property
+    def used_bytes(self) -> int:
+        return self.twoshot_out + self.twoshot_bytes
+
+    @property
+    def alloc_bytes(self) -> int:
+        """What one rank allocates: every region, rounded up to 2 MiB."""
+        return _align(self.used_bytes, ALLOC_ALIGN)

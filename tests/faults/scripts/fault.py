@@ -1,0 +1,269 @@
+"""One fault scenario on the host transport, run on every rank by tests/faults/test_faults.py:
+
+    mpiexec -n K python [-m mpi4py] fault.py SCENARIO VICTIM
+
+Every rank writes what it saw to ``$MPIRING_FAULT_OUT/rank<r>.json``, rewritten after every
+event, so that a rank killed later still leaves what it saw before. The test judges the files.
+
+Calls reduce exact inputs (small positive integers in float64, so every order of summation
+gives the same bits) out of place into an output poisoned with a negative value no partial or
+final sum can take; each element of an output is then "correct", "untouched" (still poison)
+or "other" (a partial reduction).
+
+Scenarios (``VICTIM`` is the faulty rank; the communicator's timeout is ``MPIRING_TIMEOUT``):
+
+* ``raise``: the victim raises before call 2; the others make call 2.
+* ``mismatch``: calls 2, 3, 4 differ on the victim in count, dtype, op; call 5 agrees.
+* ``skip``: the victim skips call 2, then closes after the others have given up.
+* ``kill``: the victim SIGKILLs itself at its 10th send of call 2.
+* ``stop``: the victim SIGSTOPs itself at its 10th send of call 2; a child it started resumes
+  it after ``MPIRING_FAULT_RESUME`` seconds.
+* ``straggler``: 30 calls of random sizes, ops and placements; one random rank per call
+  sleeps at random steps. ``MPIRING_FAULT_UNSAFE=1`` turns the pipeline's waits off (the
+  test's proof that it can see wrong data).
+* ``setup``: the victim never creates the communicator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+import mpiring
+
+COUNT = 50_000  # float64 in 4 KiB slots: 33 mini-batches, 4 transfers each per rank on 3 ranks
+POISON = -12345.0  # inputs are positive: no partial or final sum is negative
+SLOT = 4096
+
+world = MPI.COMM_WORLD
+rank, size = world.rank, world.size
+out_dir = Path(os.environ["MPIRING_FAULT_OUT"])
+timeout = float(os.environ["MPIRING_TIMEOUT"])
+state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "events": [], "recorded": False}
+
+
+def save() -> None:
+    """Write this rank's record atomically (a reader never sees half a file)."""
+    path = out_dir / f"rank{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def event(**facts: Any) -> None:
+    state["events"].append(facts)
+    save()
+
+
+def inputs(count: int, dtype: Any = np.float64, r: int = rank, salt: int = 0) -> np.ndarray:
+    """Rank ``r``'s input: small positive integers, exact in every dtype used."""
+    return ((np.arange(count, dtype=np.int64) * 7 + salt) % 13 + 1 + r).astype(dtype)
+
+
+def expected(count: int, dtype: Any = np.float64, op: str = "sum", salt: int = 0) -> np.ndarray:
+    stack = np.stack([inputs(count, np.int64, r, salt) for r in range(size)])
+    reduce = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}[op]
+    return reduce(stack, axis=0).astype(dtype)
+
+
+def classify(out: np.ndarray, want: np.ndarray) -> dict[str, int]:
+    """How many elements are correct, untouched (poison) or something else."""
+    correct = out.view(np.uint8).reshape(out.size, -1) == want.view(np.uint8).reshape(want.size, -1)
+    correct = correct.all(axis=1) if out.size else np.zeros(0, bool)
+    untouched = (out == POISON) & ~correct
+    return {"correct": int(correct.sum()), "untouched": int(untouched.sum()),
+            "other": int(out.size - correct.sum() - untouched.sum())}
+
+
+def call(comm: mpiring.Communicator, label: str, count: int = COUNT, dtype: Any = np.float64,
+         op: str = "sum") -> np.ndarray:
+    """One out-of-place allreduce, recorded: outcome, time, the output's state, the input's fate."""
+    x = inputs(count, dtype)
+    keep = x.copy()
+    out = np.full(count, POISON, dtype=dtype)
+    start = time.monotonic()
+    facts: dict[str, Any] = {"call": label}
+    try:
+        comm.Allreduce(x, out, op=op)
+        facts["outcome"] = "ok"
+    except Exception as err:  # recorded for the test to judge
+        facts.update(outcome="error", error=type(err).__name__, message=str(err))
+        for name in ("peer", "algorithm", "step", "seq"):
+            if hasattr(err, name):
+                facts[name] = getattr(err, name)
+    facts["elapsed"] = time.monotonic() - start
+    facts["output"] = classify(out, expected(count, dtype, op))
+    facts["input_intact"] = bool(np.array_equal(x, keep))
+    event(**facts)
+    return out
+
+
+def wait_for(ranks: list[int], limit: float) -> None:
+    """Wait (bounded) until ``ranks`` have recorded their outcome: outside MPI, since MPICH may
+    end the job as soon as one survivor touches MPI again while a peer is dead."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done = 0
+        for r in ranks:
+            with contextlib.suppress(OSError, ValueError, KeyError):  # not written yet, or mid-write
+                done += json.loads((out_dir / f"rank{r}.json").read_text())["recorded"]
+        if done == len(ranks):
+            return
+        time.sleep(0.02)
+
+
+def close(comm: mpiring.Communicator) -> None:
+    start = time.monotonic()
+    try:
+        comm.close()
+        outcome = "ok"
+    except Exception as err:  # recorded for the test to judge
+        outcome = f"{type(err).__name__}: {err}"
+    state["close"] = {"outcome": outcome, "elapsed": time.monotonic() - start}
+    save()
+
+
+def sabotage(comm: mpiring.Communicator, at_send: int, action: Any) -> None:
+    """Run ``action`` when this rank's transport starts its ``at_send``-th send from now."""
+    link = comm._host.transport
+    send, sends = link.send, [0]
+
+    def counted(*args: Any) -> None:
+        sends[0] += 1
+        if sends[0] == at_send:
+            action()
+        send(*args)
+
+    link.send = counted
+
+
+def straggle(comm: mpiring.Communicator, who: list[int], rng: np.random.Generator) -> None:
+    """Make the transport of rank ``who[0]`` sleep at random steps, sometimes long."""
+    link = comm._host.transport
+
+    def wrap(method: Any) -> Any:
+        def slow(*args: Any) -> None:
+            if who[0] == rank and rng.random() < 0.02:
+                time.sleep(0.15 if rng.random() < 0.03 else rng.uniform(0, 0.004))
+            method(*args)
+        return slow
+
+    for name in ("send", "fold", "wait_slot_free", "wait_slot_full", "post_slot_full", "post_slot_free"):
+        setattr(link, name, wrap(getattr(link, name)))
+    if os.environ.get("MPIRING_FAULT_UNSAFE") == "1":  # the control: no waits, so races show
+        link.wait_slot_free = link.wait_slot_full = lambda slot, seq: None
+
+
+def run_straggler(comm: mpiring.Communicator) -> None:
+    plan = np.random.default_rng(2024)  # the same plan on every rank
+    who = [0]
+    straggle(comm, who, np.random.default_rng([2024, rank]))
+    for i in range(30):
+        who[0] = int(plan.integers(size))
+        count = int(plan.integers(0, 40_000))
+        dtype = [np.float64, np.float32, np.int64, np.int32][int(plan.integers(4))]
+        op = ["sum", "max", "min"][int(plan.integers(3))]
+        salt = int(plan.integers(1000))
+        x = inputs(count, dtype, salt=salt)
+        in_place = bool(plan.integers(2))
+        out = x.copy() if in_place else np.full(count, POISON, dtype=dtype)
+        start = time.monotonic()
+        try:
+            comm.Allreduce(MPI.IN_PLACE if in_place else x, out, op=op)
+            facts = {"outcome": "ok"}
+        except Exception as err:  # recorded for the test to judge
+            facts = {"outcome": "error", "error": type(err).__name__, "message": str(err)}
+        facts.update(call=f"straggler {i}: {op} {np.dtype(dtype).name}[{count}] "
+                          f"{'in place' if in_place else 'out of place'}, rank {who[0]} straggling",
+                     elapsed=time.monotonic() - start, output=classify(out, expected(count, dtype, op, salt)))
+        event(**facts)
+
+
+def main() -> None:
+    scenario, victim = sys.argv[1], int(sys.argv[2])
+    others = [r for r in range(size) if r != victim]
+    if scenario == "setup":
+        if rank == victim:
+            time.sleep(timeout + 0.5)  # never joins: the others give up first
+            state["recorded"] = True
+            save()
+            return
+        start = time.monotonic()
+        try:
+            mpiring.Communicator(world, gpu=False, slot_bytes=SLOT)
+            event(call="set-up", outcome="ok", elapsed=time.monotonic() - start)
+        except Exception as err:  # recorded for the test to judge
+            event(call="set-up", outcome="error", error=type(err).__name__, message=str(err),
+                  elapsed=time.monotonic() - start, peer=getattr(err, "peer", None),
+                  step=getattr(err, "step", None))
+        state["recorded"] = True
+        save()
+        return
+
+    comm = mpiring.Communicator(world, gpu=False, slot_bytes=SLOT)
+    state["check"] = comm.check
+    call(comm, "warm-up")
+    if scenario == "straggler":
+        run_straggler(comm)
+    elif scenario == "raise":
+        if rank == victim:
+            raise RuntimeError(f"injected failure on rank {rank} before its second allreduce")
+        call(comm, "fault")
+    elif scenario == "mismatch":
+        bad = rank == victim
+        call(comm, "count", count=COUNT + 1 if bad else COUNT)
+        call(comm, "dtype", dtype=np.float32 if bad else np.float64)
+        call(comm, "op", op="max" if bad else "sum")
+        call(comm, "after")
+    elif scenario == "skip":
+        if rank != victim:
+            call(comm, "fault")
+        else:
+            state["recorded"] = True
+            save()
+            wait_for(others, 3 * timeout)  # the others give up first; then close learns why
+    elif scenario in ("kill", "stop"):
+        if rank == victim and scenario == "kill":
+            sabotage(comm, 10, lambda: os.kill(os.getpid(), signal.SIGKILL))
+        elif rank == victim:
+            resume = float(os.environ["MPIRING_FAULT_RESUME"])
+
+            def stop() -> None:
+                subprocess.Popen(["sh", "-c", f"sleep {resume}; kill -CONT {os.getpid()}"])
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+            sabotage(comm, 10, stop)
+        out = call(comm, "fault")
+        state["recorded"] = True  # before waiting for peers: the victim may be the last
+        save()
+        wait_for(others, 3 * timeout)
+        if scenario == "stop":  # after the victim resumed and gave up: did anyone write here since?
+            wait_for([victim], float(os.environ["MPIRING_FAULT_RESUME"]) + 3 * timeout)
+            state["output_after_victim_resumed"] = classify(out, expected(COUNT))
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    state["recorded"] = True
+    save()
+    wait_for(others if scenario == "kill" else list(range(size)), 3 * timeout)
+    close(comm)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        state["exception"] = traceback.format_exc()
+        state["recorded"] = True
+        save()
+        raise

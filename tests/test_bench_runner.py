@@ -1,0 +1,124 @@
+"""mpiring.bench.runner's local parts: which algorithms run, auto's pick, the rows of overlap
+figures, the summary, and the errors every rank sees alike."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpiring
+from mpiring.bench import runner
+from mpiring.bench.measure import Outcome, Point
+from mpiring.bench.overlap import OverlapResult
+from mpiring.bench.report import Reporter
+from mpiring.bench.results import Row
+from mpiring.bench.stats import Stats
+
+
+def test_default_and_requested_algorithms():
+    run, base, unavailable = runner._algorithms(None, gpu=True)
+    assert run == ["nccl", "nccl-ring", "ring", "oneshot", "twoshot", "auto"] and base == "nccl"
+    assert unavailable == {}
+    run, base, unavailable = runner._algorithms(("auto", "ring", "nccl"), gpu=False)
+    assert run == ["ring", "auto"] and base == "mpi"  # auto runs on the host when asked for
+    assert "nccl reduces GPU arrays" in unavailable["nccl"]
+    run, _, _ = runner._algorithms(("twoshot", "nccl"), gpu=True)
+    assert run == ["nccl", "twoshot"]  # the mode's order, whatever the order asked
+
+
+class Resolving:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def resolve(self, count, dtype, algorithm="auto"):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def test_autos_pick_where_the_communicator_says():
+    dt = np.dtype(np.float32)
+    assert runner._resolved(Resolving("twoshot"), 1024, dt) == "twoshot"
+    assert runner._resolved(object(), 1024, dt) == ""  # a communicator without resolve()
+    assert runner._resolved(Resolving(mpiring.InvalidArgumentError("x")), 1024, dt) == "?"
+
+
+def fake_sweep(comm) -> SimpleNamespace:
+    return SimpleNamespace(world=SimpleNamespace(size=4), comm=comm, mode="gpu",
+                           dtype=np.dtype(np.float32), baseline="nccl")
+
+
+class Comm(Resolving):
+    def batches_for(self, count, dtype, *, gpu=None, algorithm=None, batches=None):
+        return None
+
+
+def test_row_of_an_auto_point_with_overlap_figures():
+    p = Point(4096, 1024, "float32", "sum", "auto", None, "out")
+    stats = Stats(mean=1e-5, std=0.0, min=1e-5, max=1e-5, median=1e-5)
+    ov = OverlapResult(gemm_alone_s=1.5e-3, gemm_with_s=1.53e-3, gemm_slowdown=1.02,
+                       ar_alone_s=1.1e-5, ar_with_s=1.4e-5, ar_slowdown=1.4 / 1.1, calls=9,
+                       reps=5)
+    row = runner._row(fake_sweep(Comm("oneshot")),
+                      p, Outcome("ok", "OK", stats=stats, iters=9, warmup=2, reps=5, overlap=ov))
+    assert row.resolved == "oneshot" and row.time_us == pytest.approx(10.0)
+    assert row.gemm_alone_us == pytest.approx(1500) and row.gemm_overlap_us == pytest.approx(1530)
+    assert (row.gemm_slowdown, row.ar_alone_us) == (1.02, pytest.approx(11.0))
+    note = OverlapResult(note="overlap not measured: ...")
+    row = runner._row(fake_sweep(Comm("ring")), p,
+                      Outcome("ok", "OK", stats=stats, overlap=note))
+    assert row.gemm_slowdown is None and "overlap not measured" in row.note
+    ring = Point(4096, 1024, "float32", "sum", "ring", "auto", "out")
+    assert runner._row(fake_sweep(Comm("x")), ring, Outcome("ok", "OK")).resolved == ""
+
+
+def test_reason_strips_the_rank_and_error_type():
+    assert runner._reason("rank 0: InvalidArgumentError: at most 1 MiB: smaller") == \
+        "at most 1 MiB: smaller"
+    assert runner._reason("plain") == "plain"
+
+
+def r(algo, size, **kw) -> Row:
+    base = dict(size_bytes=size, count=size // 4, dtype="float32", op="sum", algo=algo,
+                batches="-", placement="out", nranks=4, status="ok", check="OK", time_us=10.0,
+                busbw_gbs=1.0, baseline="nccl", speedup=1.0)
+    base.update(kw)
+    return Row(**base)
+
+
+def test_summary_counts_na_points_and_gives_the_slowdowns():
+    rows = [r("nccl", 1024, gemm_slowdown=1.3, ar_slowdown=2.0),
+            r("nccl", 2048, gemm_slowdown=1.5, ar_slowdown=2.2),
+            r("oneshot", 1024, speedup=2.0),
+            r("oneshot", 2048, status="inapplicable", check="-", time_us=None),
+            r("auto", 1024, status="inapplicable", check="-", time_us=None)]
+    lines = runner.summary_lines(rows, "nccl")
+    nccl = next(line for line in lines if line.startswith("nccl "))
+    assert "GEMM slowdown median 1.40x (1.30x to 1.50x)" in nccl
+    assert "allreduce slowdown median 2.10x" in nccl
+    oneshot = next(line for line in lines if line.startswith("oneshot"))
+    assert "1/2 timed" in oneshot and "1 n/a" in oneshot and "best 2.00x vs nccl" in oneshot
+    assert any(line.startswith("auto out: 0/1 timed, 1 n/a") for line in lines)
+
+
+def test_run_collectively_turns_bench_errors_into_status_3(capsys):
+    def body():
+        raise runner.BenchError("no GPU here")
+
+    status = runner.run_collectively("prog", MPI.COMM_SELF, Reporter(True, progress="off"), body)
+    assert status == 3 and "prog: no GPU here" in capsys.readouterr().err
+    assert runner.run_collectively("prog", MPI.COMM_SELF, Reporter(False), lambda: 2) == 2
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
+def test_overlap_on_the_host_says_it_needs_gpus(tmp_path, capsys):
+    from mpiring.bench.__main__ import main
+
+    status = main(["--host", "--overlap", "gemm", "-b", "1K", "-e", "1K", "--output-dir",
+                   str(tmp_path), "--progress", "off"])
+    err = capsys.readouterr().err
+    assert status == 3 and "--overlap gemm needs GPUs" in err and "--host" in err
+    assert list(tmp_path.iterdir()) == []

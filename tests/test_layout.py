@@ -1,0 +1,52 @@
+"""The staging layout: regions in order, aligned, disjoint, and flags one word per writer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpiring.cuda.layout import ALLOC_ALIGN, MAX_RANKS, REGION_ALIGN, WORD, StagingLayout
+
+KB64 = REGION_ALIGN
+
+
+@given(st.integers(1, 64), st.integers(1, 64), st.integers(1, 64), st.integers(1, 512))
+def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, blocks) -> None:
+    lay = StagingLayout(slot * KB64, one * KB64, two * KB64, blocks)
+    regions = [(0, lay.control_bytes)]
+    regions += [(lay.ring_slot(k), lay.slot_bytes) for k in range(2)]
+    regions += [(lay.oneshot_slot(k), lay.oneshot_bytes) for k in range(2)]
+    regions += [(lay.twoshot_in, lay.twoshot_bytes), (lay.twoshot_out, lay.twoshot_bytes)]
+    for (a, n), (b, _) in zip(regions, regions[1:], strict=False):
+        assert a + n <= b, "regions overlap"
+    for start, _ in regions:
+        assert start % KB64 == 0
+    assert regions[-1][0] + regions[-1][1] == lay.used_bytes <= lay.alloc_bytes
+    assert lay.alloc_bytes % ALLOC_ALIGN == 0 and lay.alloc_bytes - lay.used_bytes < ALLOC_ALIGN
+    # every flag and counter word sits inside control, none shared
+    words = {lay.ring_full(k) for k in range(2)} | {lay.ring_free(k) for k in range(2)}
+    words |= {lay.direct_flag(s, b) for s in range(MAX_RANKS) for b in range(blocks)}
+    words |= {lay.direct_counters + WORD * b for b in range(blocks)}
+    assert len(words) == 4 + MAX_RANKS * blocks + blocks
+    assert all(w % WORD == 0 and w + WORD <= lay.control_bytes for w in words)
+
+
+@pytest.mark.parametrize("field", ["slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks"])
+def test_sizes_must_be_positive(field: str) -> None:
+    args = dict(slot_bytes=KB64, oneshot_bytes=KB64, twoshot_bytes=KB64, blocks=4)
+    args[field] = 0
+    with pytest.raises(ValueError, match=field):
+        StagingLayout(**args)
+
+
+def test_regions_must_be_64k_multiples() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        StagingLayout(KB64 + 1, KB64, KB64, 4)
+
+
+def test_default_layout_size_is_what_the_readme_states() -> None:
+    from mpiring.cuda.context import staging_layout
+
+    assert staging_layout(None).alloc_bytes == 330 << 20
+    assert staging_layout(1).slot_bytes == KB64  # rounded up to the region alignment

@@ -1,0 +1,118 @@
+"""mpiring.tune's local parts: options, candidates, the table from bench rows, merging, the
+file, and the checks made before measuring; plus one serial run on the host transport."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mpi4py import MPI
+
+from mpiring import tune
+from mpiring.bench.results import Row
+from mpiring.tuning import AUTO_CANDIDATES, TuningTable, load, parse
+
+
+def test_options_and_the_bench_options_they_make():
+    o = tune.parse_args([])
+    b = o.bench
+    assert b.size_range(gpu=True) == (1 << 10, 8 << 30) and b.stepfactor == 2.0
+    assert b.algos == AUTO_CANDIDATES and b.batches == ("auto",) and b.placements == ("out",)
+    assert (b.dtype, b.op, b.check, b.plot, b.overlap) == ("float32", "sum", True, False, None)
+    assert o.destination(4).name == "mpiring-tuning-4.json"
+    o = tune.parse_args(["-b", "4K", "-e", "1G", "-f", "4", "--host", "--merge", "t.json",
+                         "--time-budget", "0.01", "--reps", "2"])
+    assert o.bench.size_range(gpu=True) == (4 << 10, 1 << 30) and o.bench.host
+    assert o.destination(2).name == "t.json"  # the merged file, unless --output
+    assert tune.parse_args(["--merge", "a.json", "-o", "b.json"]).destination(2).name == "b.json"
+
+
+@pytest.mark.parametrize("argv", [["-f", "1"], ["-b", "2M", "-e", "1M"], ["-b", "0"],
+                                  ["--reps", "0"], ["-e", "lots"]])
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        tune.parse_args(argv)
+    assert exc.value.code == 2 and "error" in capsys.readouterr().err
+
+
+def test_candidates():
+    assert tune.candidates(True) == AUTO_CANDIDATES
+    assert tune.candidates(False) == ("ring",)  # "mpi" is no candidate of auto
+
+
+def row(algo, size, time_us, status="ok") -> Row:
+    return Row(size, size // 4, "float32", "sum", algo, "-", "out", 4, status,
+               "OK" if status == "ok" else "-", time_us=time_us if status == "ok" else None)
+
+
+ROWS = [row("nccl", 1024, 30), row("oneshot", 1024, 10), row("twoshot", 1024, 20),
+        row("ring", 1024, 140),
+        row("nccl", 1 << 20, 40), row("oneshot", 1 << 20, 60), row("twoshot", 1 << 20, 35),
+        row("ring", 1 << 20, 150),
+        row("nccl", 1 << 30, 4500), row("oneshot", 1 << 30, None, "inapplicable"),
+        row("twoshot", 1 << 30, 5000), row("ring", 1 << 30, 4400), row("nccl-ring", 1 << 30, 1)]
+
+
+def test_timings_keep_timed_candidates_only():
+    times = tune.timings(ROWS, 4)
+    assert (4, 1 << 30, "oneshot", None) not in times and len(times) == 11
+    assert (4, 1024, "oneshot", pytest.approx(10e-6)) in times
+    assert all(a != "nccl-ring" for _, _, a, _ in times)
+
+
+RUN = {"machine": "node: 4 x NVIDIA H200", "measured": "2025-01-01T00:00:00+00:00", "mode": "gpu"}
+
+
+def test_table_from_rows_and_its_file(tmp_path):
+    table = tune.make_table(tune.timings(ROWS, 4), 4, RUN)
+    assert table.tables == {4: ((1024, "oneshot"), (1 << 20, "twoshot"), (None, "ring"))}
+    assert table.machine == RUN["machine"] and table.meta["runs"] == {"4": RUN}
+    assert (table.meta["dtype"], table.meta["op"]) == ("float32", "sum")
+    path = tune.write_table(tmp_path / "t.json", table)
+    assert load(path) == table and not (tmp_path / "t.json.tmp").exists()
+    text = path.read_text()
+    assert '"4": [[1024, "oneshot"], [1048576, "twoshot"], [null, "ring"]]' in text
+    assert tune.table_lines(table.tables[4]) == [
+        "up to 1 KiB        oneshot", "up to 1 MiB        twoshot", "above 1 MiB        ring"]
+    assert tune.table_lines(((None, "ring"),)) == ["every size         ring"]
+
+
+def test_merge_keeps_other_rank_counts_and_replaces_this_one():
+    base = parse({"format": 1, "machine": "old", "measured": "then", "dtype": "float32",
+                  "op": "sum", "runs": {"2": {"mode": "gpu"}, "4": {"mode": "gpu"}},
+                  "tables": {"2": [[None, "ring"]], "4": [[None, "nccl"]]}})
+    merged = tune.make_table(tune.timings(ROWS, 4), 4, RUN, base)
+    assert merged.tables[2] == ((None, "ring"),) and merged.tables[4][0] == (1024, "oneshot")
+    assert merged.meta["runs"]["2"] == {"mode": "gpu"} and merged.meta["runs"]["4"] == RUN
+    assert parse(json.loads(tune.table_json(merged))) == merged
+    assert tune.merge_problem(base, "gpu") == ""
+    assert "measured on the GPU transport" in tune.merge_problem(base, "host")
+    assert tune.merge_problem(None, "host") == ""
+    assert tune.merge_problem(TuningTable({}), "host") == ""  # the shipped file: no runs
+    with pytest.raises(ValueError):
+        tune.make_table([], 4, RUN)
+
+
+def test_destination_checked_before_measuring(tmp_path):
+    assert tune.destination_problem(tune.parse_args(["-o", str(tmp_path / "t.json")]), 2) == \
+        ("", None)
+    problem, _ = tune.destination_problem(tune.parse_args(["--merge", str(tmp_path / "no")]), 2)
+    assert "no such file" in problem and "drop --merge" in problem
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": 1, "tables": {"4": [[1, "gloo"]]}}')
+    problem, _ = tune.destination_problem(tune.parse_args(["--merge", str(bad)]), 2)
+    assert "not a tuning table" in problem and "gloo" in problem
+    problem, _ = tune.destination_problem(tune.parse_args(["-o", str(tmp_path / "x" / "t")]), 2)
+    assert "cannot write into" in problem
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
+def test_serial_run_on_the_host(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    status = tune.main(["--host", "-b", "1K", "-e", "4K", "--time-budget", "0.003", "--reps", "2",
+                        "-o", str(path), "--progress", "off"])
+    out = capsys.readouterr().out
+    assert status == 0
+    table = load(path)
+    assert table.tables == {1: ((None, "ring"),)} and table.meta["runs"]["1"]["mode"] == "host"
+    assert "every size         ring" in out and f"wrote {path}" in out

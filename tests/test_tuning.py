@@ -1,0 +1,107 @@
+"""The tuning table behind algorithm="auto": parsing, choosing, building from timings."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpiring import tuning
+from mpiring.errors import InvalidArgumentError
+
+
+def table(rows: dict) -> tuning.TuningTable:
+    return tuning.parse({"format": 1, "tables": rows})
+
+
+def test_choose_takes_the_first_entry_that_fits() -> None:
+    t = table({"4": [[1024, "oneshot"], [1 << 20, "twoshot"], [None, "ring"]]})
+    assert t.choose(4, 1) == "oneshot"
+    assert t.choose(4, 1024) == "oneshot"
+    assert t.choose(4, 1025) == "twoshot"
+    assert t.choose(4, 1 << 20) == "twoshot"
+    assert t.choose(4, (1 << 20) + 1) == "ring"
+
+
+def test_last_entry_covers_larger_sizes_even_with_a_limit() -> None:
+    assert table({"2": [[1024, "oneshot"], [4096, "nccl"]]}).choose(2, 1 << 30) == "nccl"
+
+
+def test_rank_counts_without_a_table_use_the_builtin_rule() -> None:
+    t = table({"4": [[None, "nccl"]]})
+    for nbytes in (1, 1 << 16, 1 << 24, 1 << 30):
+        assert t.choose(3, nbytes) == tuning.builtin_choice(3, nbytes)
+
+
+@pytest.mark.parametrize(("rows", "message"), [
+    ({"4": [[10, "oneshot"], [5, "ring"]]}, "increasing"),
+    ({"4": [[10, "bogus"]]}, "unknown algorithm"),
+    ({"4": [[None, "ring"], [10, "oneshot"]]}, "only the last"),
+    ({"x": [[None, "ring"]]}, "not an integer"),
+    ({"4": [[10]]}, "max_bytes, algorithm"),
+    ({"4": [[True, "ring"]]}, "increasing"),
+])
+def test_bad_tables_are_refused_with_the_reason(rows: dict, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        table(rows)
+
+
+def test_wrong_format_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="format"):
+        tuning.parse({"format": 99, "tables": {}})
+
+
+def test_shipped_table_loads_and_covers_two_and_four_ranks() -> None:
+    t = tuning.load()
+    assert {2, 4} <= set(t.tables)
+    for world in (2, 4):
+        assert t.tables[world][-1][0] is None
+        for nbytes in (1 << 10, 1 << 20, 1 << 30, 8 << 30):
+            assert t.choose(world, nbytes) in tuning.AUTO_CANDIDATES
+
+
+def test_load_from_the_environment(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"format": 1, "tables": {"4": [[None, "nccl"]]}}))
+    monkeypatch.setenv("MPIRING_TUNING_FILE", str(path))
+    assert tuning.load().choose(4, 123) == "nccl"
+    path.write_text("{not json")
+    with pytest.raises(InvalidArgumentError, match="not valid JSON"):
+        tuning.load()
+    monkeypatch.setenv("MPIRING_TUNING_FILE", str(tmp_path / "missing.json"))
+    with pytest.raises(InvalidArgumentError, match="cannot read"):
+        tuning.load()
+
+
+def test_json_round_trip() -> None:
+    t = table({"4": [[1024, "oneshot"], [None, "ring"]], "2": [[None, "twoshot"]]})
+    assert tuning.parse(json.loads(json.dumps(tuning.to_json(t)))) == t
+
+
+def test_from_timings_picks_the_fastest_and_merges_runs() -> None:
+    times = [(4, 1024, "oneshot", 5e-6), (4, 1024, "nccl", 9e-6),
+             (4, 2048, "oneshot", 6e-6), (4, 2048, "twoshot", 7e-6),
+             (4, 4096, "twoshot", 8e-6), (4, 4096, "oneshot", 9e-6),
+             (4, 8192, "ring", 1e-5), (4, 8192, "twoshot", 2e-5)]
+    assert tuning.from_timings(times) == {4: ((2048, "oneshot"), (4096, "twoshot"), (None, "ring"))}
+
+
+@given(st.lists(st.tuples(st.integers(1, 1 << 33), st.sampled_from(tuning.AUTO_CANDIDATES),
+                          st.floats(1e-7, 1.0)), min_size=1, max_size=60))
+def test_from_timings_agrees_with_the_fastest_at_every_measured_size(points) -> None:
+    tables = tuning.from_timings([(4, n, a, t) for n, a, t in points])
+    t = tuning.TuningTable(tables)
+    fastest: dict[int, tuple[float, str]] = {}
+    for n, a, sec in points:
+        if n not in fastest or sec < fastest[n][0]:
+            fastest[n] = (sec, a)
+    for n, (_, algo) in fastest.items():
+        assert t.choose(4, n) == algo
+    assert tuning.parse(tuning.to_json(t)) == t  # what from_timings builds is a valid table
+
+
+def test_from_timings_refuses_non_candidates() -> None:
+    with pytest.raises(InvalidArgumentError, match="cannot tune"):
+        tuning.from_timings([(4, 1, "nccl-ring", 1.0)])
