@@ -1,23 +1,9 @@
 #!/usr/bin/env bash
 # GPU tests on 2 ranks and on every GPU of this node, then a short correctness-and-speed check
 # (every mpiring algorithm beside ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
-# Env: NGPUS (default: all GPUs), MPIRUN (default: mpirun), PYTHON (default: python3),
-# TIMEOUT per command (default 900 s), OUTDIR for the check's results.
+# Env: as in node-env.sh, and OUTDIR for the check's results.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off everywhere mpiring runs NCCL
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
-MPIRUN=${MPIRUN:-mpirun}
-PY=${PYTHON:-python3}
-TIMEOUT=${TIMEOUT:-900}
-extra=()
-if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
-  extra+=(--bind-to none -x NCCL_NVLS_ENABLE -x PYTHONPATH)
-  [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
-fi
-# timeout: one crashed rank must not leave the others waiting forever.
-run() { local n=$1; shift; timeout -k 10 "$TIMEOUT" "$MPIRUN" "${extra[@]}" -n "$n" "$@"; }
+source "$(dirname "$0")/node-env.sh"
 
 echo "== set-up errors (hidden GPUs, shared GPUs): serial, launches its own ranks"
 timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py
