@@ -93,12 +93,16 @@ def _check_dtype(dtype: np.dtype, role: str) -> np.dtype:
     return dtype
 
 
+def _not_contiguous(role: str, strides: Any, shape: Any, lib: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"{role} is not contiguous (strides {tuple(strides)} for shape {tuple(shape)}): "
+        f"pass a contiguous array, e.g. {lib}.ascontiguousarray(x)"
+    )
+
+
 def _from_numpy(arr: np.ndarray, role: str) -> Buffer:
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        raise InvalidArgumentError(
-            f"{role} is not contiguous (strides {arr.strides} for shape {arr.shape}): "
-            "pass a contiguous array, e.g. numpy.ascontiguousarray(x)"
-        )
+        raise _not_contiguous(role, arr.strides, arr.shape, "numpy")
     dtype = _check_dtype(arr.dtype, role)
     flat = arr.reshape(-1, order="A")
     return Buffer(Memory.HOST, arr.__array_interface__["data"][0], arr.size, dtype,
@@ -125,10 +129,7 @@ def is_contiguous(shape: tuple[int, ...], strides: tuple[int, ...] | None, items
 def _from_cupy(arr: Any, role: str) -> Buffer:
     flags = arr.flags
     if not (flags.c_contiguous or flags.f_contiguous):
-        raise InvalidArgumentError(
-            f"{role} is not contiguous (strides {arr.strides} for shape {arr.shape}): "
-            "pass a contiguous array, e.g. cupy.ascontiguousarray(x)"
-        )
+        raise _not_contiguous(role, arr.strides, arr.shape, "cupy")
     dtype = _check_dtype(arr.dtype, role)
     return Buffer(Memory.CUDA, arr.data.ptr, arr.size, dtype, False, arr, arr)
 
@@ -145,10 +146,7 @@ def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:
     dtype = _check_dtype(dtype, role)
     strides = cai.get("strides")
     if not is_contiguous(shape, tuple(strides) if strides else None, dtype.itemsize):
-        raise InvalidArgumentError(
-            f"{role} is not contiguous (strides {tuple(strides)} for shape {shape}): "
-            "pass a contiguous array, e.g. cupy.ascontiguousarray(x)"
-        )
+        raise _not_contiguous(role, strides, shape, "cupy")
     address, readonly = cai["data"]
     count = int(np.prod(shape, dtype=np.int64))
     return Buffer(Memory.CUDA, int(address), count, dtype, bool(readonly), _cupy_view(owner, dtype), owner)

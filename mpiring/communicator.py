@@ -99,7 +99,6 @@ class Communicator:
             forced = None
         self._forced = forced and forced.lower()  # what "auto" runs instead of the table's choice
         self._tuning = tuning.load()
-        self._auto_choices: dict[int, str] = {}  # message bytes -> auto's choice
         self.batches = self._check_batches(batches)
         self.check = _env_flag("MPIRING_CHECK", True) if check is None else bool(check)
         self.timeout = _env_float("MPIRING_TIMEOUT", DEFAULT_TIMEOUT) if timeout is None else float(timeout)
@@ -316,14 +315,10 @@ class Communicator:
             return self._resolve(nbytes, memory, self._forced)
         if self.size == 1:
             return "ring"  # a copy, whatever the size
-        choice = self._auto_choices.get(nbytes)
-        if choice is None:
-            choice = self._tuning.choose(self.size, nbytes)
-            if choice == "oneshot" and nbytes > self._oneshot_limit():
-                choice = "twoshot"
-            if len(self._auto_choices) < 4096:  # calls repeat sizes; keep the lookup off the hot path
-                self._auto_choices[nbytes] = choice
-        if choice == "ring" and self._gpu.capturing():
+        choice = self._tuning.choose(self.size, nbytes)
+        if choice == "oneshot" and nbytes > self._oneshot_limit():
+            choice = "twoshot"
+        elif choice == "ring" and self._gpu.capturing():
             choice = "twoshot"  # graph-capturable, unlike the ring
         return choice
 

@@ -223,19 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
 
-    from mpi4py import MPI
-
     from .bench import runner
-    from .bench.report import Reporter
 
-    world = MPI.COMM_WORLD.Dup()
-    reporter = Reporter(world.rank == 0, opts.bench.progress)
-    try:
-        return runner.run_collectively("mpiring.tune", world, reporter,
-                                       lambda: _run(opts, world, reporter))
-    finally:
-        if not MPI.Is_finalized():
-            world.Free()
+    return runner.run_on_world("mpiring.tune", opts.bench.progress,
+                               lambda world, reporter: _run(opts, world, reporter))
 
 
 def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:

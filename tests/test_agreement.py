@@ -30,26 +30,31 @@ class ThreadComm:
         barrier.wait()
 
 
-def run_ranks(rejected: list[bool], values: list[dict[str, int]]) -> list[BaseException | None]:
-    """Run one agreement check on every simulated rank; return what each raised."""
-    size = len(values)
-    shared = {"box": [None] * size, "barrier": threading.Barrier(size, timeout=10)}
-    checks = [AgreementCheck(ThreadComm(r, size, shared)) for r in range(size)]
+def in_threads(ranks: list[int], size: int, call) -> list[BaseException | None]:
+    """Run ``call(rank)`` for every rank in ``ranks``, one thread each; what each raised."""
     results: list[BaseException | None] = [None] * size
 
     def body(r: int) -> None:
         try:
-            checks[r].run(rejected[r], values[r])
+            call(r)
         except BaseException as err:  # noqa: BLE001 - handed back to the test
             results[r] = err
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in range(size)]
+    threads = [threading.Thread(target=body, args=(r,)) for r in ranks]
     for t in threads:
         t.start()
     for t in threads:
         t.join(20)
     assert not any(t.is_alive() for t in threads)
     return results
+
+
+def run_ranks(rejected: list[bool], values: list[dict[str, int]]) -> list[BaseException | None]:
+    """Run one agreement check on every simulated rank; return what each raised."""
+    size = len(values)
+    shared = {"box": [None] * size, "barrier": threading.Barrier(size, timeout=10)}
+    checks = [AgreementCheck(ThreadComm(r, size, shared)) for r in range(size)]
+    return in_threads(list(range(size)), size, lambda r: checks[r].run(rejected[r], values[r]))
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
@@ -165,23 +170,12 @@ def run_polled(present: list[int], size: int, timeout: float,
     """One bounded check on the ranks in ``present`` (the others never call); what each raised."""
     shared = {"box": [None] * size, "lock": threading.Lock()}
     rows: list[dict] = [{} for _ in range(size)]
-    results: list[BaseException | None] = [None] * size
 
-    def body(r: int) -> None:
+    def call(r: int) -> None:
         counters = FakeBoard(r, size, rows) if board else None
-        check = AgreementCheck(PolledComm(r, size, shared), timeout, counters)
-        try:
-            check.run(False, dict(GOOD), "ring")
-        except BaseException as err:  # noqa: BLE001 - handed back to the test
-            results[r] = err
+        AgreementCheck(PolledComm(r, size, shared), timeout, counters).run(False, dict(GOOD), "ring")
 
-    threads = [threading.Thread(target=body, args=(r,)) for r in present]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert not any(t.is_alive() for t in threads)
-    return results
+    return in_threads(present, size, call)
 
 
 def test_bounded_check_passes_when_everyone_comes() -> None:

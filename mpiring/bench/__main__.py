@@ -24,19 +24,10 @@ def main(argv: list[str] | None = None) -> int:
 
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
 
-    from mpi4py import MPI
-
     from . import runner
-    from .report import Reporter
 
-    world = MPI.COMM_WORLD.Dup()
-    reporter = Reporter(world.rank == 0, opts.progress)
-    try:
-        return runner.run_collectively("mpiring.bench", world, reporter,
-                                       lambda: _run(opts, world, reporter))
-    finally:
-        if not MPI.Is_finalized():
-            world.Free()
+    return runner.run_on_world("mpiring.bench", opts.progress,
+                               lambda world, reporter: _run(opts, world, reporter))
 
 
 def _run(opts: Any, world: Any, reporter: Any) -> int:

@@ -69,6 +69,18 @@ def run_collectively(prog: str, world: Any, reporter: Reporter, body: Callable[[
         return 3
 
 
+def run_on_world(prog: str, progress: str, body: Callable[[Any, Reporter], int]) -> int:
+    """A command's main: ``body(world, reporter)`` on a duplicate of ``MPI.COMM_WORLD``, with
+    rank 0 reporting, under :func:`run_collectively`'s error rules."""
+    world = MPI.COMM_WORLD.Dup()
+    reporter = Reporter(world.rank == 0, progress)
+    try:
+        return run_collectively(prog, world, reporter, lambda: body(world, reporter))
+    finally:
+        if not MPI.Is_finalized():
+            world.Free()
+
+
 def exit_status(rows: list[Row]) -> int:
     """1 if a check failed, else 2 if a point raised an error, else 0 (points skipped,
     unavailable or n/a are no failure)."""

@@ -75,11 +75,6 @@ class GpuContext:
         """The largest message, in bytes, the one-shot kernel takes."""
         return self.direct.oneshot_limit
 
-    @property
-    def staging_bytes(self) -> int:
-        """Device memory this communicator allocated for staging on this rank."""
-        return self.layout.alloc_bytes
-
     def current_stream(self):
         """The caller's current CuPy stream, on which calls are ordered."""
         return self._cupy.cuda.get_current_stream()
