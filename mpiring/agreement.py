@@ -24,6 +24,8 @@ sends to a missing rank stay queued for it, on the caller's communicator.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 from mpi4py import MPI
 
@@ -86,6 +88,29 @@ def all_ranks(comm: MPI.Intracomm, flag: bool, timeout: float, what: str) -> boo
         err.locate("in Communicator set-up", step=what)
         raise
     return bool(every[0])
+
+
+def allgather(comm: MPI.Intracomm, obj: object, timeout: float, what: str) -> list:
+    """Collective, bounded: every rank's ``obj`` (picklable), like ``comm.allgather``.
+
+    Two polled nonblocking collectives (the sizes, then the bytes), so a rank that died during
+    set-up becomes a timeout naming ``what`` instead of a hang.
+    """
+    waiter = Waiter(timeout, comm.rank)
+    mine = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    length = np.array([mine.size], dtype=np.int64)
+    sizes = np.zeros(comm.size, dtype=np.int64)
+    try:
+        waiter.request(comm.Iallgather(length, sizes), lambda: f"every rank to {what}",
+                       hint=SETUP_HINT, buffers=(length, sizes))
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        data = np.empty(int(sizes.sum()), dtype=np.uint8)
+        waiter.request(comm.Iallgatherv(mine, [data, sizes, offsets, MPI.BYTE]),
+                       lambda: f"every rank to {what}", hint=SETUP_HINT, buffers=(mine, data))
+    except MpiringTimeoutError as err:
+        err.locate("in Communicator set-up", step=what)
+        raise
+    return [pickle.loads(data[o:o + n].tobytes()) for o, n in zip(offsets, sizes, strict=True)]
 
 
 class _All:

@@ -20,13 +20,16 @@ from .buffers import Buffer, Memory, check_pair, describe
 from .errors import (
     CommunicatorClosedError,
     InvalidArgumentError,
+    MpiringError,
     MpiringTimeoutError,
+    PeerFailedError,
     SetupError,
     UnavailableError,
 )
 from .ops import Op, dtype_code, normalize_op
 from .pipeline import RingPipeline
 from .schedule import RingPlan, choose_batches, default_batches
+from .signals import FAILED
 from .transports.base import CallBuffers
 from .transports.host import HostTransport
 
@@ -164,8 +167,14 @@ class Communicator:
         try:
             self._agreement.run(rejected, values, _ALGORITHM_NAMES.get(values["algorithm"]))
         except MpiringTimeoutError as err:
-            self._failed = f"{type(err).__name__}: {err}"
+            self._fail(err)
             raise
+
+    def _fail(self, err: BaseException) -> None:
+        """Refuse further use, and tell the peers (in the host board) so they stop at once too."""
+        self._failed = f"{type(err).__name__}: {err}"
+        if self._host is not None and not self._closed:
+            self._host.transport.board.post(self.rank, FAILED, 1)
 
     def _usable(self) -> None:
         if self._failed:
@@ -175,6 +184,40 @@ class Communicator:
             )
         if self._closed:
             raise CommunicatorClosedError("this communicator is closed")
+        gpu_error = self._gpu.failure() if self._gpu is not None else None
+        if gpu_error is not None:  # found by the watchdog or a kernel since the last call
+            self._fail(gpu_error)
+            raise gpu_error
+        peers = self._failed_peers()
+        if peers:
+            err = PeerFailedError(
+                f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
+                "a timeout of their own (their errors say why), so calls here would wait for them; "
+                "this communicator refuses further use"
+            )
+            self._fail(err)
+            raise err
+
+    def _failed_peers(self) -> list[int]:
+        """The peers that marked the communicator failed."""
+        return [r for r, row in enumerate(self._host.transport.board.counters)
+                if row[FAILED] and r != self.rank]
+
+    def synchronize(self) -> None:
+        """Wait until this rank's GPU calls on this communicator have finished; raise if one failed.
+
+        GPU calls return once enqueued. A failure they meet later (a peer that does not answer
+        within the timeout, or an abort by a peer) is raised here, or by the next call. Host
+        calls complete before they return: then this only checks for failures.
+        """
+        self._usable()
+        if self._gpu is not None:
+            try:
+                self._gpu.synchronize()
+            except MpiringError as err:
+                self._fail(err)
+                raise
+        self._usable()
 
     @property
     def closed(self) -> bool:
@@ -229,7 +272,7 @@ class Communicator:
         try:
             self._dispatch(algo, None if in_place else send, recv, the_op, nb)
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
-            self._failed = f"{type(err).__name__}: {err}"
+            self._fail(err)
             raise
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
@@ -351,7 +394,11 @@ class Communicator:
                   batches: int | None, stream: Any) -> None:
         nb = self._ring_batches(pipeline, desc.count, desc.dtype, batches)
         plan = RingPlan(self.size, desc.count, nb)
-        pipeline.run(plan, CallBuffers(send, recv, desc.count, desc.dtype, op, stream))
+        call = CallBuffers(send, recv, desc.count, desc.dtype, op, stream)
+        if stream is None:
+            pipeline.run(plan, call)
+        else:
+            self._gpu.run_ring(plan, call)
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -367,15 +414,31 @@ class Communicator:
         self._release()
 
     def _release(self) -> None:
-        """Free what set-up made (all of it, or what a failed set-up got to), in reverse order."""
+        """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
+
+        After a failure (here or on a peer) nothing waits for peers: they may be gone."""
+        peers = self._failed_peers() if self._host is not None else []
+        failed = self._failed is not None or bool(peers)
+        error: MpiringError | None = None
+        if peers and self._failed is None:  # this rank has not heard yet: close tells it
+            error = PeerFailedError(
+                f"rank {self.rank} cannot free the communicator's memory: rank(s) {peers} abandoned "
+                "it after an error or a timeout of their own (their errors say why); it is left to "
+                "the end of the process"
+            )
         if self._gpu is not None:
-            self._gpu.close()
+            try:
+                self._gpu.close(abandon=failed)
+            except MpiringError as err:  # a bounded wait expired: the GPU context abandoned
+                error, failed = err, True
             self._gpu = None
         if self._host is not None:
-            self._host.transport.close(abandon=self._failed is not None)  # failed: peers may be gone
+            self._host.transport.close(abandon=failed)
             self._host = None
         self.node.Free()
         self.comm.Free()
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Communicator:
         return self

@@ -44,6 +44,46 @@ def _locate(err: MpiringTimeoutError, plan: RingPlan, tr: Transfer, is_send: boo
     err.locate(where, algorithm="ring", step=step, seq=seq)
 
 
+def ring_stall(plan: RingPlan, rank: int, base: int, full: tuple[int, int],
+               free: tuple[int, int]) -> tuple[bool, Transfer, int] | None:
+    """Where a ring call of ``rank`` whose first transfer is ``base`` is stuck, given the
+    latest values of its flags (``full[k]``/``free[k]``: what slot k's signals last said):
+    ``(is_send, transfer, seq)`` of the first wait in issue order that they do not satisfy,
+    or None if none is waiting. Flags only grow, so one value per slot says it all."""
+    if plan.size == 1:
+        return None
+    for is_send, tr in rank_script(plan, rank):
+        seq = base + tr.index
+        slot = seq % SLOTS
+        if is_send and seq - SLOTS >= FIRST_SEQ and free[slot] < seq - SLOTS:
+            return True, tr, seq
+        if not is_send and full[slot] < seq:
+            return False, tr, seq
+    return None
+
+
+def stall_error(plan: RingPlan, rank: int, base: int, full: tuple[int, int], free: tuple[int, int],
+                timeout: float, hint: str) -> MpiringTimeoutError:
+    """The timeout error of a ring call stuck as the flags say (see :func:`ring_stall`)."""
+    stall = ring_stall(plan, rank, base, full, free)
+    if stall is None:
+        err = MpiringTimeoutError(rank, timeout, "the ring call to finish on the GPU (no wait for a "
+                                  "peer is pending: the GPU itself is busy or hung)", hint=hint)
+        return err.locate(f"in the ring algorithm, transfers seq {base}..{base + plan.num_transfers - 1}",
+                          algorithm="ring")
+    is_send, tr, seq = stall
+    slot = seq % SLOTS
+    nxt, prv = (rank + 1) % plan.size, (rank - 1) % plan.size
+    if is_send:
+        err = MpiringTimeoutError(rank, timeout, f"rank {nxt} to free slot {slot} (seq {seq - SLOTS})",
+                                  peer=nxt, hint=hint)
+    else:
+        err = MpiringTimeoutError(rank, timeout, f"rank {prv} to fill slot {slot} (seq {seq})",
+                                  peer=prv, hint=hint)
+    _locate(err, plan, tr, is_send, seq)
+    return err
+
+
 class RingPipeline:
     """Runs ring plans over one transport, keeping the sequence counter across calls."""
 

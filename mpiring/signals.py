@@ -39,6 +39,7 @@ FREE = (2, 3)  # this rank has folded use FREE[k] of its slot k (written by this
 CALLS = 8  # agreement checks this rank has entered (by this rank): names the ranks that are missing
 CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY or ABANDONED
 CLOSE_READY, ABANDONED = 1, 2
+FAILED = 10  # nonzero once this rank's communicator failed (by this rank): peers stop at once
 
 ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
 ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close

@@ -28,7 +28,8 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
     words = {lay.ring_full(k) for k in range(2)} | {lay.ring_free(k) for k in range(2)}
     words |= {lay.direct_flag(s, b) for s in range(MAX_RANKS) for b in range(blocks)}
     words |= {lay.direct_counters + WORD * b for b in range(blocks)}
-    assert len(words) == 4 + MAX_RANKS * blocks + blocks
+    words.add(lay.abort)
+    assert len(words) == 4 + MAX_RANKS * blocks + blocks + 1
     assert all(w % WORD == 0 and w + WORD <= lay.control_bytes for w in words)
 
 
@@ -50,3 +51,14 @@ def test_default_layout_size_is_what_the_readme_states() -> None:
 
     assert staging_layout(None).alloc_bytes == 330 << 20
     assert staging_layout(1).slot_bytes == KB64  # rounded up to the region alignment
+
+
+@given(st.integers(1, 512))
+def test_release_ranges_cover_every_polled_flag_and_spare_abort_and_counters(blocks) -> None:
+    lay = StagingLayout(KB64, KB64, KB64, blocks)
+    covered = lambda w: any(a <= w and w + WORD <= a + n for a, n in lay.release_ranges())  # noqa: E731
+    polled = [lay.ring_full(k) for k in range(2)] + [lay.ring_free(k) for k in range(2)]
+    polled += [lay.direct_flag(s, b) for s in range(MAX_RANKS) for b in range(blocks)]
+    assert all(covered(w) for w in polled)
+    assert not covered(lay.abort)
+    assert not any(covered(lay.direct_counters + WORD * b) for b in range(blocks))

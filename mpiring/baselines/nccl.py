@@ -98,3 +98,8 @@ class NcclBaselines:
     def close(self) -> None:
         self.comm.destroy()
         self.staging = None
+
+    def abort(self) -> None:
+        """After a failure: tear the NCCL communicator down without waiting for peers."""
+        self.comm.abort()
+        self.staging = None

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import functools
 
+from .resources import live_resources
+
+__all__ = ["GpuContext", "available", "live_resources"]
+
 
 @functools.cache
 def available() -> bool:

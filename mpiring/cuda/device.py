@@ -11,6 +11,7 @@ import os
 
 from mpi4py import MPI
 
+from ..agreement import allgather
 from ..buffers import Buffer
 from ..errors import InvalidArgumentError, SetupError
 
@@ -21,8 +22,9 @@ REMEDY = (
 )
 
 
-def bind_device(node: MPI.Intracomm, device: int | None) -> int:
-    """Choose and activate this rank's GPU; collective over the node, raises on every rank."""
+def bind_device(node: MPI.Intracomm, device: int | None, timeout: float) -> int:
+    """Choose and activate this rank's GPU; collective over the node (bounded by ``timeout``),
+    raises on every rank."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -34,7 +36,7 @@ def bind_device(node: MPI.Intracomm, device: int | None) -> int:
                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
     bus = rt.deviceGetPCIBusId(chosen).lower() if problem is None else None
     seen = [rt.deviceGetPCIBusId(i).lower() for i in range(visible)]
-    everyone = node.allgather((problem, bus, seen))
+    everyone = allgather(node, (problem, bus, seen), timeout, "say which GPU it uses")
     problems = [p for p, _, _ in everyone if p]
     if problems:
         raise SetupError("; ".join(problems) + ": " + REMEDY)

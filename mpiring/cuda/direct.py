@@ -21,6 +21,12 @@ pointers allow 16-byte accesses or not (then the thread moves the word element b
 so a block only ever needs its namesakes. Sequence numbers come from a per-block counter in
 device memory, which makes the launches replayable in a CUDA graph.
 
+**No wait is unbounded.** A spinning thread reads the GPU clock now and then: past the
+communicator's timeout it aborts the communicator (writes ``1 + rank`` into every rank's
+abort word), reports the rank it waited for in the host status block, and the kernel returns
+without writing output. A spinning thread that finds the abort word set (a peer gave up)
+reports that and returns too. The same holds inside a replayed CUDA graph.
+
 **Reuse without extra barriers.** A rank writes into a peer's region only after a barrier
 that the peer entered after its last read of that region: one-shot alternates two slots by
 sequence parity (the barrier of the next call separates a slot's readers from its next
@@ -40,6 +46,7 @@ import numpy as np
 from ..ops import Op
 from .kernels import OPS, TYPES, TYPES_SOURCE
 from .layout import MAX_RANKS, StagingLayout
+from .status import STATUS_SOURCE
 
 THREADS = 512
 WORD = 16  # bytes: rows and shards start on 16-byte boundaries of the staging
@@ -55,8 +62,11 @@ struct Ctl {                      // written once at set-up; see DirectKernels._
   u64 oneshot[MAXR][2];           // rank r's two one-shot slots
   u64 twoshot_in[MAXR];           // rank r's two-shot input staging
   u64 twoshot_out[MAXR];          // rank r's two-shot output staging
+  u64 aborts[MAXR];               // rank r's abort word
   u64 counters;                   // this rank's per-block barrier counters
+  u64 status;                     // this rank's host status block (see mpiring/cuda/status.py)
   long long twoshot_bytes;        // bytes per two-shot staging half
+  long long timeout_ns;           // how long a barrier may wait for a peer
   int rank, size, blocks, pad;
 };
 
@@ -77,16 +87,35 @@ template <class S> __device__ __forceinline__ S ldcg(const S* p) {
   else { u64 v; asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
 }
 
-// Block b of every rank meets block b of every other rank (see the module docstring).
-__device__ __forceinline__ void barrier(const Ctl* c, u64 seq) {
+__device__ __forceinline__ u64 clock_ns() {
+  u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+
+// Block b of every rank meets block b of every other rank (see the module docstring): thread
+// t < size waits for rank t. Returns true, in every thread of the block, if the kernel must
+// stop because the communicator is aborted (a wait here timed out, or some rank aborted it).
+__device__ __forceinline__ bool barrier(const Ctl* c, u64 seq, int kind, int step) {
   __syncthreads();
   const int t = threadIdx.x;
+  int stop = 0;
   if (t < c->size) {
     st_release((u64*)c->flags[t] + (size_t)c->rank * c->blocks + blockIdx.x, seq);
     const u64* mine = (const u64*)c->flags[c->rank] + (size_t)t * c->blocks + blockIdx.x;
-    while (ld_acquire(mine) < seq) {}
+    u64 since = 0;
+    for (unsigned spins = 1; ld_acquire(mine) < seq; ++spins) {
+      if (spins % 256) continue;                  // the clock and abort word now and then only
+      const u64 by = *(const volatile u64*)c->aborts[c->rank];
+      if (by) { report((long long*)c->status, ST_ABORTED, kind, (long long)by - 1, seq, step); stop = 1; break; }
+      const u64 now = clock_ns();
+      if (!since) { since = now; continue; }
+      if (now - since > (u64)c->timeout_ns) {     // give up: stop every rank's kernels, say why
+        report((long long*)c->status, ST_TIMED_OUT, kind, t, seq, step);
+        for (int r = 0; r < c->size; ++r) st_release((u64*)c->aborts[r], (u64)c->rank + 1);
+        stop = 1; break;
+      }
+    }
   }
-  __syncthreads();
+  return __syncthreads_or(stop);
 }
 
 // Word w (16 bytes) of a range of len elements at p. "vec": p allows 16-byte accesses;
@@ -193,7 +222,7 @@ __global__ void __launch_bounds__(512) oneshot(const typename T::S* in, typename
   const long long row = (n + 16 / sizeof(S) - 1) / (16 / sizeof(S)) * (16 / sizeof(S));
   for (int r = 0; r < size; ++r)                // 1. my input into row me of every peer's slot
     if (r != me) copy_range<S>((S*)c->oneshot[r][par] + me * row, true, in, vec, false, n);
-  barrier(c, seq);
+  if (barrier(c, seq, 2, 0)) return;
   const S* srcs[MAXR];                          // 2. reduce the rows of my slot, in rank order
   for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][par] + r * row;
   reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
@@ -210,14 +239,14 @@ __global__ void __launch_bounds__(512) twoshot(const typename T::S* in, typename
   const long long chunk = c->twoshot_bytes / sizeof(S) / (size * V) * (size * V);
   S* stage_in = (S*)c->twoshot_in[me];
   const S* stage_out = (const S*)c->twoshot_out[me];
-  for (long long base = 0; base < n; base += chunk) {
+  for (long long base = 0, k = 0; base < n; base += chunk, ++k) {
     const long long m = lmin(chunk, n - base);
     const long long shard = ((m + size - 1) / size + V - 1) / V * V;  // whole words; size*shard <= chunk
     for (int s = 0; s < size; ++s) {            // 1. shard s of my input into row me of rank s
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>((S*)c->twoshot_in[s] + me * shard, true, in + base + lo, vec, false, len);
     }
-    barrier(c, ++seq);
+    if (barrier(c, ++seq, 3, 2 * k)) return;
     {                                             // 2. reduce my shard, push it to every peer
       const long long lo = lmin(me * shard, m), len = lmin(shard, m - lo);
       const S* srcs[MAXR]; S* dsts[MAXR];
@@ -227,7 +256,7 @@ __global__ void __launch_bounds__(512) twoshot(const typename T::S* in, typename
       }
       reduce_range<T, Op>(out + base + lo, vec, srcs, dsts, me, size, len);
     }
-    barrier(c, ++seq);
+    if (barrier(c, ++seq, 3, 2 * k + 1)) return;
     for (int s = 0; s < size; ++s) {            // 3. the other shards, reduced by their owners
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>(out + base + lo, vec, stage_out + lo, true, true, len);
@@ -242,8 +271,11 @@ _CONTROL = np.dtype([
     ("oneshot", "<u8", (MAX_RANKS, 2)),
     ("twoshot_in", "<u8", (MAX_RANKS,)),
     ("twoshot_out", "<u8", (MAX_RANKS,)),
+    ("aborts", "<u8", (MAX_RANKS,)),
     ("counters", "<u8"),
+    ("status", "<u8"),
     ("twoshot_bytes", "<i8"),
+    ("timeout_ns", "<i8"),
     ("rank", "<i4"), ("size", "<i4"), ("blocks", "<i4"), ("pad", "<i4"),
 ])
 
@@ -253,13 +285,15 @@ def _module():
     import cupy
 
     names = [f"{k}<{t}, {o}>" for k in ("oneshot", "twoshot") for t in TYPES.values() for o in OPS.values()]
-    return cupy.RawModule(code=TYPES_SOURCE + _SOURCE, options=("--std=c++17",), name_expressions=names)
+    return cupy.RawModule(code=TYPES_SOURCE + STATUS_SOURCE + _SOURCE, options=("--std=c++17",), name_expressions=names)
 
 
 class DirectKernels:
     """Launchers of the one-shot and two-shot kernels over one communicator's staging."""
 
-    def __init__(self, staging, layout: StagingLayout) -> None:
+    def __init__(self, staging, layout: StagingLayout, status: int, timeout: float) -> None:
+        """``status``: device address of the host status block; ``timeout``: seconds a barrier
+        may wait for a peer before the kernel aborts the communicator."""
         import cupy
 
         self.layout = layout
@@ -272,8 +306,11 @@ class DirectKernels:
             ctl["oneshot"][r] = [staging.addr(r, layout.oneshot_slot(k)) for k in range(2)]
             ctl["twoshot_in"][r] = staging.addr(r, layout.twoshot_in)
             ctl["twoshot_out"][r] = staging.addr(r, layout.twoshot_out)
+            ctl["aborts"][r] = staging.addr(r, layout.abort)
         ctl["counters"] = staging.addr(staging.rank, layout.direct_counters)
+        ctl["status"] = status
         ctl["twoshot_bytes"] = layout.twoshot_bytes
+        ctl["timeout_ns"] = min(int(timeout * 1e9), 1 << 62)
         ctl["rank"], ctl["size"], ctl["blocks"] = staging.rank, staging.size, layout.blocks
         self._control = cupy.asarray(np.frombuffer(ctl.tobytes(), dtype=np.uint8))  # kept alive
         self._ctl_ptr = self._control.data.ptr

@@ -11,7 +11,9 @@ on only by the owner) and the per-block counters of the direct kernels:
 * ``ring_free[k]``: written by the next rank after it folded the slot k it received from us;
 * ``direct_flags[src][block]``: written by rank ``src``'s block ``block`` at each barrier of
   the one-shot / two-shot kernels;
-* ``direct_counters[block]``: barriers passed so far by this rank's block (local only).
+* ``direct_counters[block]``: barriers passed so far by this rank's block (local only);
+* ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a
+  timeout). Written by any rank, read by this rank's kernels, which then stop writing output.
 
 A flag lives in the memory of the rank that waits on it, so every wait polls local memory
 and every signal is one remote write.
@@ -57,6 +59,18 @@ class StagingLayout:
 
     def ring_free(self, slot: int) -> int:
         return self.RING_FREE + WORD * slot
+
+    ABORT = 512
+    RING_FLAGS_END = ABORT  # ring_full and ring_free lie in [0, RING_FLAGS_END)
+
+    @property
+    def abort(self) -> int:
+        return self.ABORT
+
+    def release_ranges(self) -> list[tuple[int, int]]:
+        """(offset, bytes) of every flag a wait of this rank polls: what an abort overwrites
+        with a value no wait can exceed, to release waits that a dead peer will never satisfy."""
+        return [(0, self.RING_FLAGS_END), (self.direct_flags, self.direct_counters - self.direct_flags)]
 
     @property
     def direct_flags(self) -> int:

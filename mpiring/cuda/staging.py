@@ -1,9 +1,10 @@
 """One rank's IPC staging allocation, and every peer's, mapped once per communicator.
 
-Set-up (collective): allocate a dedicated ``cudaMalloc`` (not CuPy's pool: an IPC handle
-names a whole allocation), zero its control words, exchange the memory handles in one
-``allgather`` on the node communicator (no files, no mutex), open every peer's handle, and
-prove peer access by writing into every peer and reading back what arrived.
+Set-up (collective, every step bounded by the timeout): allocate a dedicated ``cudaMalloc``
+(not CuPy's pool: an IPC handle names a whole allocation), zero its control words, exchange
+the memory handles in one ``allgather`` on the node communicator (no files, no mutex), open
+every peer's handle, and prove peer access by writing into every peer and reading back what
+arrived.
 
 The allocation holds staging data and sequence flags only, never user data at rest: any
 process holding the handle can read and write it, which is why handles stay inside the
@@ -17,23 +18,31 @@ import logging
 import numpy as np
 from mpi4py import MPI
 
+from ..agreement import allgather
 from ..errors import SetupError
+from ..signals import Waiter
 from .layout import MAX_RANKS, StagingLayout
+from .resources import LIVE
 
 log = logging.getLogger(__name__)
 
 
-def agree(node: MPI.Intracomm, problem: str | None) -> None:
-    """Collective: raise the same :class:`SetupError` on every rank if any rank had a problem."""
-    problems = [p for p in node.allgather(problem) if p]
+ABANDONED_STAGING: list[int] = []  # allocations a failed communicator could not free: see close
+
+
+def agree(node: MPI.Intracomm, problem: str | None, timeout: float, what: str) -> None:
+    """Collective, bounded: raise the same :class:`SetupError` on every rank if any rank had a
+    problem with ``what``."""
+    problems = [p for p in allgather(node, problem, timeout, what) if p]
     if problems:
         raise SetupError("; ".join(problems))
 
 
 class IpcStaging:
-    """This rank's staging allocation and its mappings of every peer's."""
+    """This rank's staging allocation and its mappings of every peer's. Every collective step
+    of set-up and close is bounded by ``timeout``."""
 
-    def __init__(self, node: MPI.Intracomm, layout: StagingLayout) -> None:
+    def __init__(self, node: MPI.Intracomm, layout: StagingLayout, timeout: float) -> None:
         import cupy
 
         if node.size > MAX_RANKS:
@@ -43,13 +52,17 @@ class IpcStaging:
         self.node = node
         self.rank, self.size = node.rank, node.size
         self.layout = layout
+        self.timeout = timeout
+        self.waiter = Waiter(timeout, node.rank)
         self.base = 0
         self._opened: list[int] = []
         try:
             self.base = rt.malloc(layout.alloc_bytes)
+            LIVE["staging"] += 1
             rt.memset(self.base, 0, layout.control_bytes)  # every flag starts at 0
             rt.deviceSynchronize()  # set-up only: the zeros land before any peer can signal
-            everyone = node.allgather((rt.ipcGetMemHandle(self.base), layout))
+            everyone = allgather(node, (rt.ipcGetMemHandle(self.base), layout), timeout,
+                                 "exchange CUDA IPC handles")
             handles = [h for h, _ in everyone]
             layouts = {r: lay for r, (_, lay) in enumerate(everyone)}
             if any(lay != layout for lay in layouts.values()):
@@ -64,11 +77,12 @@ class IpcStaging:
                     if r != self.rank:
                         ptr = rt.ipcOpenMemHandle(handle)
                         self._opened.append(ptr)
+                        LIVE["ipc_mappings"] += 1
                         self.bases[r] = ptr
             except rt.CUDARuntimeError as err:
                 problem = f"rank {self.rank} could not open a peer's IPC handle ({err})"
-            agree(node, problem)
-            agree(node, self._probe_peers(cupy))
+            agree(node, problem, timeout, "open every peer's IPC handle")
+            agree(node, self._probe_peers(cupy), timeout, "check peer-to-peer writes")
         except BaseException:
             self._unmap()
             self._free()
@@ -97,34 +111,58 @@ class IpcStaging:
             rt.deviceSynchronize()  # set-up only: make the writes land
         except rt.CUDARuntimeError as err:
             return f"rank {self.rank} could not write into a peer's GPU memory ({err})"
-        self.node.Barrier()
+        self.waiter.barrier(self.node, "every rank to write its peer-to-peer probe")
         got = np.empty(words * self.size, dtype=np.uint32)
         rt.memcpy(got.ctypes.data, self.base + at, got.nbytes, rt.memcpyDeviceToHost)
         bad = [r for r in range(self.size)
                if r != self.rank and not np.array_equal(got[r * words:(r + 1) * words], patterns[r])]
-        self.node.Barrier()
+        self.waiter.barrier(self.node, "every rank to read its peer-to-peer probe")
         if bad:
             return (f"rank {self.rank} did not receive what ranks {bad} wrote through CUDA IPC: "
                     "peer-to-peer access is reported but does not work (check the GPU topology, "
                     "IOMMU/ACS settings, or run with algorithm='nccl')")
         return None
 
-    def close(self) -> None:
-        """Collective: unmap peers, then (once no peer maps ours any more) free our allocation.
-        The caller drains every stream that touches staging memory first."""
+    def close(self, abandon: bool = False) -> None:
+        """Collective, bounded: unmap peers, then (once no peer maps ours any more) free our
+        allocation. The caller drains every stream of this rank that touches staging first.
+
+        ``abandon`` (the communicator failed: a peer may be gone, or still running work
+        released by the abort that writes into our staging): unmap peers, but keep our own
+        allocation until the process ends, without waiting for anyone. A bounded wait that
+        expires abandons the same way, then raises.
+        """
         if not self.base:
             return
-        self.node.Barrier()  # no rank still reads or writes a peer's staging
-        self._unmap()
-        self.node.Barrier()  # every peer has unmapped ours: now it may go
+        try:
+            if not abandon:
+                self.waiter.barrier(self.node, "every rank to finish its GPU work before the staging "
+                                    "is unmapped")
+        finally:
+            self._unmap()
+        if abandon:
+            self._keep()
+            return
+        try:
+            self.waiter.barrier(self.node, "every rank to unmap the staging before it is freed")
+        except BaseException:
+            self._keep()
+            raise
         self._free()
 
     def _unmap(self) -> None:
         for ptr in self._opened:
             self._rt.ipcCloseMemHandle(ptr)
+            LIVE["ipc_mappings"] -= 1
         self._opened.clear()
+
+    def _keep(self) -> None:
+        """Never free our allocation: a peer may still map it (freed when the process exits)."""
+        ABANDONED_STAGING.append(self.base)  # still counted live: it is still held
+        self.base = 0
 
     def _free(self) -> None:
         if self.base:
             self._rt.free(self.base)
             self.base = 0
+            LIVE["staging"] -= 1

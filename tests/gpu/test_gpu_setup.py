@@ -5,12 +5,12 @@ run serially (``python -m pytest tests/gpu/test_gpu_setup.py``) and skip under `
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import cupy
 import pytest
+from gpu_launch import launcher
 
 pytestmark = pytest.mark.mpi_skip
 
@@ -32,25 +32,12 @@ except mpiring.SetupError as err:
 """
 
 
-def _launcher() -> list[str]:
-    path = shutil.which("mpirun") or shutil.which("mpiexec")
-    if path is None:
-        pytest.skip("no mpirun/mpiexec on PATH")
-    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-    cmd = [path]
-    if "Open MPI" in version:
-        cmd += ["--bind-to", "none"]
-        if os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
-    return cmd
-
-
 def run_two_ranks(**env: str) -> list[str]:
     """Start 2 ranks of the probe; return each rank's line (a hang fails after 120 s)."""
     if cupy.cuda.runtime.getDeviceCount() < 2:
         pytest.skip("needs 2 GPUs")
     full_env = {**os.environ, "NCCL_NVLS_ENABLE": "0", **env}
-    cmd = _launcher() + ["-n", "2"]
+    cmd = launcher() + ["-n", "2"]
     if "--allow-run-as-root" in cmd:  # Open MPI: forward our variables to the ranks
         for name in env:
             cmd += ["-x", name]

@@ -1,0 +1,222 @@
+"""The GPU side's guard against waiting forever: a status block, an abort, and a watchdog.
+
+* :class:`HostStatus`: where this rank's kernels report a failure (see :mod:`.status`).
+* :func:`abort`: stop the communicator on every rank: write ``1 + rank`` into every rank's
+  abort word (kernels that write output check it and return), then overwrite every flag this
+  rank's waits poll with a value no wait can exceed, so stuck GPU waits finish and the process
+  can exit. The abort words go first, on one stream, each write behind a system-wide fence:
+  work a release lets through always sees the abort.
+* :class:`Watchdog`: the ring's waits are stream memory operations the GPU executes, which
+  nothing on the GPU can time out. A thread follows each ring call through two events; once
+  the call has run on the GPU for longer than the timeout, it reads this rank's flags to find
+  the late peer and step, records the error, and aborts. (The one-shot and two-shot kernels
+  time out by themselves: their barriers read the GPU clock.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import MpiringError, MpiringTimeoutError
+from ..pipeline import stall_error
+from ..schedule import RingPlan
+from .layout import StagingLayout
+from .memops import StreamMemOps
+from .resources import LIVE
+from .status import ABORT_HINT, WORDS, status_error
+
+log = logging.getLogger(__name__)
+
+NOT_READY = 600  # cudaErrorNotReady, what cudaEventQuery returns for work still running
+RELEASE_BYTE = 0x3F  # flags become 0x3F3F...3F: beyond any sequence number, positive as int64
+POLL = 0.005  # seconds between the watchdog's looks at the oldest ring call
+DEPTH = 64  # ring calls followed at once; a 65th waits for the oldest (bounded by the watchdog)
+
+
+class HostStatus:
+    """Eight int64 words of pinned host memory, mapped into the GPU at the same address."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self._rt = rt = cupy.cuda.runtime
+        self.ptr = rt.hostAlloc(WORDS * 8, 1 | 2)  # cudaHostAllocPortable | cudaHostAllocMapped
+        LIVE["host_status"] += 1
+        self.words = np.ctypeslib.as_array((ctypes.c_int64 * WORDS).from_address(self.ptr))
+        self.words[:] = 0
+
+    def error(self, rank: int, timeout: float) -> MpiringError | None:
+        return status_error(self.words, rank, timeout)
+
+    def close(self) -> None:
+        if self.ptr:
+            self.words = None
+            self._rt.freeHost(self.ptr)
+            self.ptr = 0
+            LIVE["host_status"] -= 1
+
+
+def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> None:
+    """Abort the communicator from this rank (see the module docstring); enqueued on ``stream``."""
+    import cupy
+
+    me = staging.rank
+    for r in range(staging.size):
+        memops.write(stream, staging.addr(r, layout.abort), me + 1)
+    for offset, nbytes in layout.release_ranges():
+        cupy.cuda.runtime.memsetAsync(staging.addr(me, offset), RELEASE_BYTE, nbytes, stream)
+
+
+@dataclass
+class _Call:
+    start: int  # event recorded on the caller's stream before the call
+    end: int  # ... and after it
+    plan: RingPlan
+    base: int  # sequence number of its first transfer
+    started: float | None = None  # when the watchdog first saw it running
+
+
+class Watchdog:
+    """Follows this rank's ring calls; aborts the communicator when one outlives the timeout."""
+
+    def __init__(self, device_id: int, staging, memops: StreamMemOps, timeout: float) -> None:
+        import cupy
+
+        self._rt = rt = cupy.cuda.runtime
+        self.device_id = device_id
+        self.staging, self.layout, self.memops = staging, staging.layout, memops
+        self.rank, self.timeout = staging.rank, timeout
+        self.error: MpiringError | None = None  # set once, by the watchdog thread
+        self._rescue = cupy.cuda.Stream(non_blocking=True)  # never blocked by the ring's streams
+        LIVE["streams"] += 1
+        self._flags = np.zeros(64, dtype=np.int64)  # a copy of control words [0, 512)
+        self._free: list[tuple[int, int]] = []
+        for _ in range(DEPTH):
+            pair = (rt.eventCreateWithFlags(rt.eventDisableTiming),
+                    rt.eventCreateWithFlags(rt.eventDisableTiming))
+            self._free.append(pair)
+            LIVE["events"] += 2
+        self._pending: deque[_Call] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"mpiring-watchdog-{self.rank}",
+                                        daemon=True)
+        self._thread.start()
+        LIVE["watchdogs"] += 1
+
+    # -- the caller's side ---------------------------------------------------------------
+
+    def events(self) -> tuple[int, int]:
+        """A (start, end) event pair for the next ring call; waits while DEPTH calls are in
+        flight (they finish, or are released by this watchdog, within the timeout)."""
+        with self._cond:
+            while not self._free:
+                if not self._thread.is_alive():
+                    raise self.error or MpiringError(f"rank {self.rank}: the watchdog stopped")
+                self._cond.wait(POLL)
+            return self._free.pop()
+
+    def watch(self, events: tuple[int, int], plan: RingPlan, base: int) -> None:
+        """Follow a ring call whose start and end events were recorded around it."""
+        with self._cond:
+            self._pending.append(_Call(events[0], events[1], plan, base))
+            self._cond.notify_all()
+
+    def give_back(self, events: tuple[int, int]) -> None:
+        """Return a pair from :meth:`events` that no call recorded after all."""
+        with self._cond:
+            self._free.append(events)
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """Whether no ring call is in flight."""
+        with self._cond:
+            return not self._pending
+
+    def close(self, drained: bool = True) -> None:
+        """Stop the thread. ``drained``: no call is in flight any more (the caller waited), so
+        the events go too; otherwise the GPU may still record them, and they stay."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+        LIVE["watchdogs"] -= 1
+        if not drained:
+            return
+        self._rescue.synchronize()
+        with self._cond:
+            pairs = self._free + [(call.start, call.end) for call in self._pending]
+            self._free, self._pending = [], deque()
+        for start, end in pairs:
+            self._rt.eventDestroy(start)
+            self._rt.eventDestroy(end)
+            LIVE["events"] -= 2
+        self._rescue = None
+        LIVE["streams"] -= 1
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._follow()
+        except Exception as err:  # never die silently: callers wait on this thread's verdicts
+            self.error = self.error or MpiringError(f"rank {self.rank}: the watchdog failed: {err!r}")
+            log.exception("rank %d: watchdog failed", self.rank)
+
+    def _follow(self) -> None:
+        self._rt.setDevice(self.device_id)  # the CUDA device is per thread
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:  # close() waited for the calls first, or gave up on them
+                    return
+                call = self._pending[0]
+            state = self._rt.eventQuery(call.end)
+            if state != NOT_READY:
+                if state != 0 and self.error is None:
+                    self.error = MpiringError(f"rank {self.rank}: the GPU failed during a ring call "
+                                              f"(CUDA error {state})")
+                with self._cond:
+                    self._pending.popleft()
+                    self._free.append((call.start, call.end))
+                    self._cond.notify_all()
+                continue
+            now = time.monotonic()
+            if call.started is None:
+                if self._rt.eventQuery(call.start) != NOT_READY:
+                    call.started = now
+            elif now - call.started > self.timeout and self.error is None:
+                self._fire(call)
+            time.sleep(POLL)
+
+    def _fire(self, call: _Call) -> None:
+        """The call outlived the timeout: find the late peer from our flags, then abort."""
+        rt, lay = self._rt, self.layout
+        rt.memcpyAsync(self._flags.ctypes.data, self.staging.addr(self.rank, 0), self._flags.nbytes,
+                       rt.memcpyDeviceToHost, self._rescue.ptr)
+        # The rescue stream never waits on a flag, but may share a hardware queue with one that
+        # does (more streams than CUDA_DEVICE_MAX_CONNECTIONS): so the read is bounded too.
+        deadline = time.monotonic() + 1.0
+        while rt.streamQuery(self._rescue.ptr) == NOT_READY and time.monotonic() < deadline:
+            time.sleep(POLL / 5)
+        if rt.streamQuery(self._rescue.ptr) == 0:
+            words = self._flags
+            full = tuple(int(words[lay.ring_full(k) // 8]) for k in range(2))
+            free = tuple(int(words[lay.ring_free(k) // 8]) for k in range(2))
+            self.error = stall_error(call.plan, self.rank, call.base, full, free, self.timeout,
+                                     ABORT_HINT)
+        else:
+            self.error = MpiringTimeoutError(
+                self.rank, self.timeout, "the ring call to finish on the GPU (this rank's flags "
+                "could not be read: its GPU queues are blocked)", hint=ABORT_HINT,
+            ).locate("in the ring algorithm", algorithm="ring", seq=call.base)
+        log.debug("rank %d: %s", self.rank, self.error)
+        abort(self.staging, lay, self.memops, self._rescue.ptr)

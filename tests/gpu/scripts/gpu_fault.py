@@ -1,0 +1,243 @@
+"""One fault scenario on the GPU path, run on every rank by tests/gpu/test_gpu_faults.py:
+
+    mpirun -n K python gpu_fault.py SCENARIO VICTIM ALGORITHM
+
+Every rank writes what it saw to ``$MPIRING_FAULT_OUT/rank<r>.json``, rewritten after every
+event, so a rank killed later still leaves what it saw before. The test judges the files.
+
+Calls reduce exact inputs (small positive integers in float32) out of place into an output
+poisoned with a negative value no partial or final sum can take; each output element is then
+"correct", "untouched" (still poison) or "other" (a partial reduction). A call is
+``Allreduce`` then ``synchronize()`` (GPU calls return once enqueued; failures surface there).
+
+Scenarios (``VICTIM`` is the faulty rank; the timeout is ``MPIRING_TIMEOUT``):
+
+* ``kill``: the victim SIGKILLs itself while enqueueing call 2 (ring: at its 10th send;
+  one-shot/two-shot: just before the launch), while call 2 runs on the other GPUs.
+* ``stop``: the victim SIGSTOPs itself just before call 2; a child resumes it after
+  ``MPIRING_FAULT_RESUME`` s, and it then makes call 2.
+* ``skip``: the victim skips call 2, then closes once the others gave up.
+* ``mismatch``: calls 2, 3, 4 differ on the victim in count, dtype, op; call 5 agrees.
+* ``straggler``: 60 calls of random sizes, ops and algorithms; before each, one random rank
+  delays on the host or on its GPU (a spin kernel) by up to 50 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import cupy
+import numpy as np
+from mpi4py import MPI
+
+import mpiring
+
+POISON = -12345.0
+COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20}  # elements of float32
+SPIN = cupy.RawKernel(r"""
+extern "C" __global__ void spin(long long ns) {
+  long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}""", "spin")
+
+world = MPI.COMM_WORLD
+rank, size = world.rank, world.size
+out_dir = Path(os.environ["MPIRING_FAULT_OUT"])
+timeout = float(os.environ["MPIRING_TIMEOUT"])
+state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "events": [], "recorded": False}
+
+
+def save() -> None:
+    path = out_dir / f"rank{rank}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def event(**facts: Any) -> None:
+    state["events"].append(facts)
+    save()
+
+
+def inputs(count: int, dtype: Any = cupy.float32, r: int = rank, salt: int = 0) -> cupy.ndarray:
+    return ((cupy.arange(count, dtype=cupy.int64) * 7 + salt) % 13 + 1 + r).astype(dtype)
+
+
+def expected(count: int, dtype: Any = cupy.float32, op: str = "sum", salt: int = 0) -> cupy.ndarray:
+    acc = inputs(count, cupy.float64, 0, salt)
+    for r in range(1, size):
+        nxt = inputs(count, cupy.float64, r, salt)
+        acc = {"sum": acc + nxt, "max": cupy.maximum(acc, nxt), "min": cupy.minimum(acc, nxt)}[op]
+    return acc.astype(dtype)
+
+
+def classify(out: cupy.ndarray, want: cupy.ndarray) -> dict[str, int]:
+    correct = int(cupy.count_nonzero(out == want))
+    untouched = int(cupy.count_nonzero((out == POISON) & (out != want)))
+    return {"correct": correct, "untouched": untouched, "other": int(out.size) - correct - untouched}
+
+
+def call(comm: mpiring.Communicator, label: str, algo: str, count: int | None = None,
+         dtype: Any = cupy.float32, op: str = "sum") -> None:
+    """One recorded out-of-place allreduce: outcome, time, the output's state before and 1 s
+    after the call ended (nothing may write it after an error), the input's fate."""
+    count = COUNTS[algo] if count is None else count
+    x = inputs(count, dtype)
+    keep = x.copy()
+    out = cupy.full(count, POISON, dtype=dtype)
+    cupy.cuda.get_current_stream().synchronize()
+    facts: dict[str, Any] = {"call": label, "algorithm": algo}
+    start = time.monotonic()
+    try:
+        comm.Allreduce(x, out, op=op, algorithm=algo)
+        comm.synchronize()
+        facts["outcome"] = "ok"
+    except Exception as err:  # recorded for the test to judge
+        facts.update(outcome="error", error=type(err).__name__, message=str(err))
+        for name in ("peer", "step", "seq"):
+            if hasattr(err, name):
+                facts[name] = getattr(err, name)
+    facts["elapsed"] = time.monotonic() - start
+    cupy.cuda.get_current_stream().synchronize()  # released work (if any) has finished
+    want = expected(count, dtype, op)
+    facts["output"] = classify(out, want)
+    time.sleep(1.0)
+    facts["output_later"] = classify(out, want)
+    facts["input_intact"] = bool(cupy.array_equal(x, keep))
+    event(**facts)
+
+
+def wait_for(ranks: list[int], limit: float) -> None:
+    """Wait (bounded, outside MPI) until ``ranks`` have recorded their outcome."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done = 0
+        for r in ranks:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                done += json.loads((out_dir / f"rank{r}.json").read_text())["recorded"]
+        if done == len(ranks):
+            return
+        time.sleep(0.02)
+
+
+def close(comm: mpiring.Communicator) -> None:
+    start = time.monotonic()
+    try:
+        comm.close()
+        outcome = "ok"
+    except Exception as err:  # recorded for the test to judge
+        outcome = f"{type(err).__name__}: {err}"
+    state["close"] = {"outcome": outcome, "elapsed": time.monotonic() - start}
+    save()
+
+
+def kill_while_enqueueing(comm: mpiring.Communicator, algo: str) -> None:
+    """SIGKILL this process at its 10th ring send from now, or at its next direct launch."""
+    die = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
+    if algo == "ring":
+        link = comm._gpu.transport
+        send, sends = link.send, [0]
+
+        def counted(*args: Any) -> None:
+            sends[0] += 1
+            if sends[0] == 10:
+                die()
+            send(*args)
+
+        link.send = counted
+    else:
+        comm._gpu.direct.launch = die
+
+
+def run_straggler(comm: mpiring.Communicator) -> None:
+    plan = np.random.default_rng(2025)  # the same plan on every rank
+    for i in range(60):
+        algo = ["ring", "oneshot", "twoshot", "auto"][int(plan.integers(4))]
+        count = int(plan.integers(1, 50_000 if algo == "oneshot" else 3_000_000))
+        dtype = [cupy.float32, cupy.float64, cupy.int32][int(plan.integers(3))]
+        op = ["sum", "max", "min"][int(plan.integers(3))]
+        who, where, delay = int(plan.integers(size)), int(plan.integers(2)), float(plan.uniform(0, 0.05))
+        if who == rank and where == 0:
+            time.sleep(delay)
+        elif who == rank:
+            SPIN((1,), (1,), (np.int64(delay * 1e9),))
+        x = inputs(count, dtype, salt=i)
+        out = cupy.full(count, POISON, dtype=dtype)
+        start = time.monotonic()
+        try:
+            comm.Allreduce(x, out, op=op, algorithm=algo)
+            comm.synchronize()
+            facts = {"outcome": "ok"}
+        except Exception as err:  # recorded for the test to judge
+            facts = {"outcome": "error", "error": type(err).__name__, "message": str(err)}
+        facts.update(call=f"straggler {i}: {algo} {op} {np.dtype(dtype).name}[{count}], rank {who} "
+                          f"late on the {'host' if where == 0 else 'GPU'} by {delay * 1e3:.0f} ms",
+                     elapsed=time.monotonic() - start,
+                     output=classify(out, expected(count, dtype, op, salt=i)))
+        event(**facts)
+
+
+def main() -> None:
+    scenario, victim, algo = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    others = [r for r in range(size) if r != victim]
+    comm = mpiring.Communicator(world, gpu=True, slot_bytes=1 << 20)
+    state["check"] = comm.check
+    call(comm, "warm-up", algo)
+    if scenario == "straggler":
+        run_straggler(comm)
+    elif scenario == "mismatch":
+        bad = rank == victim
+        n = COUNTS[algo]
+        call(comm, "count", algo, count=n - 1 if bad else n)
+        call(comm, "dtype", algo, dtype=cupy.float64 if bad else cupy.float32)
+        call(comm, "op", algo, op="max" if bad else "sum")
+        call(comm, "after", algo)
+    elif scenario == "skip":
+        if rank != victim:
+            call(comm, "fault", algo)
+        else:
+            state["recorded"] = True
+            save()
+            wait_for(others, 10 * timeout)  # the others give up first; then close learns why
+    elif scenario == "kill":
+        if rank == victim:
+            kill_while_enqueueing(comm, algo)
+        call(comm, "fault", algo)
+    elif scenario == "stop":
+        resume = float(os.environ["MPIRING_FAULT_RESUME"])
+        if rank == victim:
+            subprocess.Popen(["sh", "-c", f"sleep {resume}; kill -CONT {os.getpid()}"])
+            os.kill(os.getpid(), signal.SIGSTOP)
+        call(comm, "fault", algo)
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    state["recorded"] = True
+    save()
+    if scenario in ("kill", "stop", "skip"):
+        wait_for(others, 10 * timeout)
+    close(comm)
+    if scenario == "kill":  # MPI_Finalize may wait for the dead rank: this test is not about MPI
+        sys.stdout.flush()
+        os._exit(0)
+    if scenario == "stop":  # stay until the victim is done: Finalize would wait for it anyway
+        wait_for([victim], float(os.environ["MPIRING_FAULT_RESUME"]) + 10 * timeout)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        state["exception"] = traceback.format_exc()
+        state["recorded"] = True
+        save()
+        raise
