@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# GPU tests on 2 ranks and on every GPU of this node, then a short correctness-and-speed check
+# GPU tests (set-up errors, faults, then the whole suite on every GPU of this node and on 2 ranks,
+# with the 10,000-call stress and 1,000 create/close cycles), then a short correctness-and-speed check
 # (every mpiring algorithm beside ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
 # Env: as in node-env.sh, and OUTDIR for the check's results.
 set -euo pipefail
 source "$(dirname "$0")/node-env.sh"
 
-echo "== set-up errors (hidden GPUs, shared GPUs): serial, launches its own ranks"
-timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py
-for n in $(printf '%s\n' 2 "$NGPUS" | sort -un); do
+echo "== set-up errors and faults (hidden GPUs, shared GPUs, killed/stopped/skipping ranks): serial, each starts its own ranks"
+timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py tests/gpu/test_gpu_faults.py
+for n in $(printf '%s\n' "$NGPUS" 2 | uniq); do
   echo "== GPU tests on $n ranks"
   run "$n" "$PY" -m pytest -q --with-mpi tests/gpu
 done

@@ -7,6 +7,7 @@ baselines) with the algorithm asked for.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -113,9 +114,12 @@ class Communicator:
         self._gpu = None
         try:
             self._set_up(base.size, gpu, device, slot_bytes)
-        except BaseException as err:  # release what was made, without waiting on the host board
-            self._failed = f"set-up failed: {type(err).__name__}: {err}"  # peers may not have failed
-            self._release()
+        except BaseException as err:  # release what was made
+            self._failed = f"set-up failed: {type(err).__name__}: {err}"
+            # A SetupError is raised on every rank alike: they meet to free the host board. After
+            # anything else peers may not have failed (or be gone): nothing waits for them.
+            with contextlib.suppress(MpiringError):  # the set-up error is the one to report
+                self._release(peers_failed_too=isinstance(err, SetupError))
             raise
         self._closed = False
         log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
@@ -413,12 +417,14 @@ class Communicator:
         self._closed = True
         self._release()
 
-    def _release(self) -> None:
+    def _release(self, peers_failed_too: bool = False) -> None:
         """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
 
-        After a failure (here or on a peer) nothing waits for peers: they may be gone."""
+        After a failure (here or on a peer) nothing waits for peers: they may be gone; unless
+        ``peers_failed_too`` (every rank met the same set-up error), when the host board is
+        closed with the usual bounded handshake."""
         peers = self._failed_peers() if self._host is not None else []
-        failed = self._failed is not None or bool(peers)
+        failed = (self._failed is not None and not peers_failed_too) or bool(peers)
         error: MpiringError | None = None
         if peers and self._failed is None:  # this rank has not heard yet: close tells it
             error = PeerFailedError(
@@ -432,11 +438,13 @@ class Communicator:
             except MpiringError as err:  # a bounded wait expired: the GPU context abandoned
                 error, failed = err, True
             self._gpu = None
-        if self._host is not None:
-            self._host.transport.close(abandon=failed)
-            self._host = None
-        self.node.Free()
-        self.comm.Free()
+        try:
+            if self._host is not None:
+                host, self._host = self._host, None
+                host.transport.close(abandon=failed)
+        finally:
+            self.node.Free()
+            self.comm.Free()
         if error is not None:
             raise error
 

@@ -30,7 +30,8 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
     words |= {lay.direct_counters + WORD * b for b in range(blocks)}
     words.add(lay.abort)
     assert len(words) == 4 + MAX_RANKS * blocks + blocks + 1
-    assert all(w % WORD == 0 and w + WORD <= lay.control_bytes for w in words)
+    assert all(w % WORD == 0 and w + WORD <= lay.direct_table for w in words)
+    assert lay.direct_table % 256 == 0 and lay.direct_table + lay.TABLE_BYTES <= lay.control_bytes
 
 
 @pytest.mark.parametrize("field", ["slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks"])

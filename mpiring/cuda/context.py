@@ -3,12 +3,13 @@ ring, the one-shot/two-shot kernels, the NCCL baselines, and the watchdog that b
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from mpi4py import MPI
 
 from ..buffers import Buffer
-from ..errors import InvalidArgumentError, MpiringError
+from ..errors import InvalidArgumentError, MpiringError, SetupError
 from ..ops import Op
 from ..pipeline import RingPipeline
 from ..schedule import RingPlan, choose_batches
@@ -84,8 +85,9 @@ class GpuContext:
             self._switch_event, self._sync_event = (
                 self._new_event() for _ in range(2))
             self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeout)
-        except BaseException:
-            self.close(abandon=True)
+        except BaseException as err:  # a SetupError came on every rank alike: then meet to free
+            with contextlib.suppress(MpiringError):  # the set-up error is the one to report
+                self.close(abandon=not isinstance(err, SetupError))
             raise
 
     def _new_event(self) -> int:
@@ -154,7 +156,7 @@ class GpuContext:
 
         if self._nccl is None:  # collective: every rank agreed on the algorithm before this
             self._nccl = NcclBaselines(self.comm, self.slot_bytes, self.kernel)
-        stream = self.current_stream()
+        stream = self.ordered_stream()  # nccl-ring reuses one staging buffer across calls
         src = recv.address if send is None else send.address
         if algo == "nccl":
             self._nccl.allreduce(src, recv.address, recv.count, recv.dtype, op, stream)

@@ -22,15 +22,25 @@ REMEDY = (
 )
 
 
+_PROCESS_DEVICE: int | None = None  # the GPU the first communicator of this process chose
+
+
 def bind_device(node: MPI.Intracomm, device: int | None, timeout: float) -> int:
     """Choose and activate this rank's GPU; collective over the node (bounded by ``timeout``),
-    raises on every rank."""
+    raises on every rank. Default: the GPU of this process's first communicator, else the
+    rank's place on the node, so communicators from reordered splits keep the process's GPU."""
     import cupy
 
     rt = cupy.cuda.runtime
+    global _PROCESS_DEVICE
     visible = rt.getDeviceCount()
     problem = None
-    chosen = node.rank % max(visible, 1) if device is None else int(device)
+    if device is not None:
+        chosen = int(device)
+    elif _PROCESS_DEVICE is not None:  # a later communicator (e.g. from Split): the same GPU
+        chosen = _PROCESS_DEVICE
+    else:
+        chosen = node.rank % max(visible, 1)
     if not 0 <= chosen < visible:
         problem = (f"rank {node.rank} asked for GPU {chosen} but sees {visible} GPU(s) "
                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
@@ -55,6 +65,8 @@ def bind_device(node: MPI.Intracomm, device: int | None, timeout: float) -> int:
                     f"rank {r} cannot see GPU {b} of rank {s}, so CUDA IPC cannot map it: {REMEDY}"
                 )
     cupy.cuda.Device(chosen).use()
+    if _PROCESS_DEVICE is None:
+        _PROCESS_DEVICE = chosen
     return chosen
 
 

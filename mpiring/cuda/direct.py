@@ -312,9 +312,13 @@ class DirectKernels:
         ctl["twoshot_bytes"] = layout.twoshot_bytes
         ctl["timeout_ns"] = min(int(timeout * 1e9), 1 << 62)
         ctl["rank"], ctl["size"], ctl["blocks"] = staging.rank, staging.size, layout.blocks
-        self._control = cupy.asarray(np.frombuffer(ctl.tobytes(), dtype=np.uint8))  # kept alive
-        self._ctl_ptr = self._control.data.ptr
-        cupy.cuda.runtime.deviceSynchronize()  # set-up only: the table is in place before use
+        table = np.frombuffer(ctl.tobytes(), dtype=np.uint8)
+        if table.nbytes > layout.TABLE_BYTES:
+            raise AssertionError("the direct kernels' table outgrew its place in the staging")
+        self._ctl_ptr = staging.addr(staging.rank, layout.direct_table)
+        rt = cupy.cuda.runtime
+        rt.memcpy(self._ctl_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
+        rt.deviceSynchronize()  # set-up only: the table has landed before any stream reads it
         self._functions: dict[tuple[str, str, Op], object] = {}
 
     def _function(self, kind: str, dtype: np.dtype, op: Op):

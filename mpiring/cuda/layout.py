@@ -12,6 +12,7 @@ on only by the owner) and the per-block counters of the direct kernels:
 * ``direct_flags[src][block]``: written by rank ``src``'s block ``block`` at each barrier of
   the one-shot / two-shot kernels;
 * ``direct_counters[block]``: barriers passed so far by this rank's block (local only);
+* ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
 * ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a
   timeout). Written by any rank, read by this rank's kernels, which then stop writing output.
 
@@ -83,9 +84,15 @@ class StagingLayout:
     def direct_counters(self) -> int:
         return _align(self.direct_flags + WORD * MAX_RANKS * self.blocks, 256)
 
+    TABLE_BYTES = 1024  # the direct kernels' table of addresses (written once at set-up)
+
+    @property
+    def direct_table(self) -> int:
+        return _align(self.direct_counters + WORD * self.blocks, 256)
+
     @property
     def control_bytes(self) -> int:
-        return _align(self.direct_counters + WORD * self.blocks, REGION_ALIGN)
+        return _align(self.direct_table + self.TABLE_BYTES, REGION_ALIGN)
 
     # -- data regions --------------------------------------------------------------------
     def ring_slot(self, k: int) -> int:

@@ -27,6 +27,7 @@ from .resources import LIVE
 log = logging.getLogger(__name__)
 
 
+PROBE_BYTES = 64  # what each rank writes into every peer to prove peer access
 ABANDONED_STAGING: list[int] = []  # allocations a failed communicator could not free: see close
 
 
@@ -56,13 +57,17 @@ class IpcStaging:
         self.waiter = Waiter(timeout, node.rank)
         self.base = 0
         self._opened: list[int] = []
+        self._shared = False  # whether peers may map ours: our handle went out
         try:
             self.base = rt.malloc(layout.alloc_bytes)
             LIVE["staging"] += 1
             rt.memset(self.base, 0, layout.control_bytes)  # every flag starts at 0
+            # ... and the probe's rows: recycled memory could hold a pattern of an earlier probe
+            rt.memset(self.base + layout.ring_slot(0), 0, PROBE_BYTES * MAX_RANKS)
             rt.deviceSynchronize()  # set-up only: the zeros land before any peer can signal
             everyone = allgather(node, (rt.ipcGetMemHandle(self.base), layout), timeout,
                                  "exchange CUDA IPC handles")
+            self._shared = True
             handles = [h for h, _ in everyone]
             layouts = {r: lay for r, (_, lay) in enumerate(everyone)}
             if any(lay != layout for lay in layouts.values()):
@@ -83,9 +88,19 @@ class IpcStaging:
                 problem = f"rank {self.rank} could not open a peer's IPC handle ({err})"
             agree(node, problem, timeout, "open every peer's IPC handle")
             agree(node, self._probe_peers(cupy), timeout, "check peer-to-peer writes")
-        except BaseException:
+        except BaseException as err:
             self._unmap()
-            self._free()
+            if isinstance(err, SetupError):  # raised on every rank alike: meet, then free
+                try:
+                    self.waiter.barrier(node, "every rank to unmap the staging after a failed set-up")
+                except BaseException:
+                    self._keep()
+                    raise err from None
+                self._free()
+            elif self._shared:
+                self._keep()  # a peer may still map it
+            else:
+                self._free()
             raise
 
     def addr(self, rank: int, offset: int) -> int:
@@ -98,7 +113,7 @@ class IpcStaging:
         if self.size == 1:
             return None
         rt = self._rt
-        words, at = 16, self.layout.ring_slot(0)  # unused until the first call
+        words, at = PROBE_BYTES // 4, self.layout.ring_slot(0)  # unused until the first call
         patterns = {
             r: (np.arange(words, dtype=np.uint32) * 2654435761 + 97 * r + 1).astype(np.uint32)
             for r in range(self.size)
@@ -107,7 +122,8 @@ class IpcStaging:
             src = cupy.asarray(patterns[self.rank])
             for r, base in self.bases.items():
                 if r != self.rank:
-                    rt.memcpy(base + at + 64 * self.rank, src.data.ptr, 64, rt.memcpyDeviceToDevice)
+                    rt.memcpy(base + at + PROBE_BYTES * self.rank, src.data.ptr, PROBE_BYTES,
+                              rt.memcpyDeviceToDevice)
             rt.deviceSynchronize()  # set-up only: make the writes land
         except rt.CUDARuntimeError as err:
             return f"rank {self.rank} could not write into a peer's GPU memory ({err})"

@@ -136,9 +136,9 @@ class Watchdog:
             self._cond.notify_all()
 
     def idle(self) -> bool:
-        """Whether no ring call is in flight."""
+        """Whether no ring call is in flight (finished ones may wait for the thread's next look)."""
         with self._cond:
-            return not self._pending
+            return all(self._rt.eventQuery(call.end) != NOT_READY for call in self._pending)
 
     def close(self, drained: bool = True) -> None:
         """Stop the thread. ``drained``: no call is in flight any more (the caller waited), so
