@@ -70,7 +70,8 @@ class Communicator:
             it is duplicated, so mpiring's messages never mix with the caller's.
         gpu: True to require the GPU path, False for host arrays only, None (default) to use
             GPUs when CuPy finds them.
-        device: the GPU of this rank; default: its rank among the node's ranks.
+        device: the GPU of this rank; default: the GPU of this process's first communicator,
+            else its rank among the node's ranks.
         algorithm: default algorithm: ``"auto"`` (per message size, from the tuning table;
             ``MPIRING_ALGO`` overrides its choice), ``"ring"`` (the copy-engine ring),
             ``"oneshot"`` / ``"twoshot"`` (one-launch kernels for small / medium messages),
@@ -79,7 +80,8 @@ class Communicator:
         slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
         check: run the cross-rank agreement check on every call (default on;
             ``MPIRING_CHECK=0`` turns it off).
-        timeout: seconds any wait for a peer may take (default ``MPIRING_TIMEOUT`` or 300).
+        timeout: seconds any wait for a peer may take, on the host or the GPU (default
+            ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
     """
 
     def __init__(
@@ -434,7 +436,9 @@ class Communicator:
             )
         if self._gpu is not None:
             try:
-                self._gpu.close(abandon=failed)
+                seen = self._gpu.close(abandon=failed)
+                if seen is not None and self._failed is None:  # met after the last call: say so
+                    error, failed = seen, True
             except MpiringError as err:  # a bounded wait expired: the GPU context abandoned
                 error, failed = err, True
             self._gpu = None

@@ -190,8 +190,9 @@ class GpuContext:
                          hint="work queued ahead of it on the stream is slow, or the GPU hangs")
         waiter.until(self.watchdog.idle, lambda: "the watchdog to retire this rank's ring calls")
 
-    def close(self, abandon: bool = False) -> None:
-        """Collective (bounded): drain this rank's GPU work, then unmap and free.
+    def close(self, abandon: bool = False) -> MpiringError | None:
+        """Collective (bounded): drain this rank's GPU work, then unmap and free. Returns the
+        failure the drained work met (see :meth:`failure`), if any.
 
         ``abandon`` (the communicator failed), or a failure seen while draining: peers may be
         gone or still running work the abort released, so the staging is unmapped but not
@@ -200,12 +201,14 @@ class GpuContext:
         """
         drained = True
         error: BaseException | None = None
+        seen = None
         if self.watchdog is not None:
             try:
                 self.synchronize()
             except MpiringError as err:
                 drained, abandon, error = False, True, err
-            abandon = abandon or self.failure() is not None
+            seen = self.failure()
+            abandon = abandon or seen is not None
         if self._nccl is not None:
             if abandon:
                 self._nccl.abort()
@@ -229,3 +232,4 @@ class GpuContext:
             self.staging.close(abandon=abandon)
         if error is not None:
             raise error
+        return seen
