@@ -126,8 +126,10 @@ class Watchdog:
     def watch(self, events: tuple[int, int], plan: RingPlan, base: int) -> None:
         """Follow a ring call whose start and end events were recorded around it."""
         with self._cond:
+            idle = not self._pending
             self._pending.append(_Call(events[0], events[1], plan, base))
-            self._cond.notify_all()
+            if idle:  # the thread sleeps on the condition only while nothing is pending: waking
+                self._cond.notify_all()  # it per call costs the caller GIL hand-offs
 
     def give_back(self, events: tuple[int, int]) -> None:
         """Return a pair from :meth:`events` that no call recorded after all."""
