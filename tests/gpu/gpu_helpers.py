@@ -74,3 +74,19 @@ def identical_on_all_ranks(out: cupy.ndarray) -> bool:
         part = cupy.sum(piece.astype(cupy.uint64) * _WEIGHTS[:piece.size])
         digest = (digest * 1000003 + int(part)) % (1 << 61)
     return len(set(WORLD.allgather(digest))) == 1
+
+
+_NAP = cupy.RawKernel(r"""
+extern "C" __global__ void nap(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("nanosleep.u32 1000;");
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}""", "nap")
+
+
+def gpu_nap(stream: cupy.cuda.Stream, seconds: float) -> None:
+    """Hold ``stream`` for about ``seconds`` (one sleeping thread: no SM is kept busy)."""
+    _NAP((1,), (1,), (np.uint64(seconds * 1e9),), stream=stream)

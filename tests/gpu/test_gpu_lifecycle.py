@@ -16,7 +16,7 @@ import time
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, mismatches, poison, rank_input, reference, span_for
+from gpu_helpers import WORLD, agree, gpu_nap, mismatches, poison, rank_input, reference, span_for
 from mpi4py import MPI
 
 import mpiring
@@ -28,22 +28,6 @@ DIRECT = ("ring", "oneshot", "twoshot")
 ONESHOT_LIMIT = min(1 << 20, (4 << 20) // WORLD.size // 16 * 16)
 RANK = WORLD.rank
 MIB = 1 << 20
-
-_NAP = cupy.RawKernel(r"""
-extern "C" __global__ void nap(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("nanosleep.u32 1000;");
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}""", "nap")
-
-
-def gpu_nap(stream: cupy.cuda.Stream, seconds: float) -> None:
-    """Hold ``stream`` for about ``seconds`` (one sleeping thread: no SM is kept busy)."""
-    _NAP((1,), (1,), (np.uint64(seconds * 1e9),), stream=stream)
-
 
 def fit(algo: str, count: int, dtype) -> int:
     """``count``, cut to the one-shot limit for "oneshot" (which refuses larger messages)."""

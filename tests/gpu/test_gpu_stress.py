@@ -19,7 +19,16 @@ from dataclasses import dataclass
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, identical_on_all_ranks, poison, rank_input, reference, span_for
+from gpu_helpers import (
+    WORLD,
+    agree,
+    gpu_nap,
+    identical_on_all_ranks,
+    poison,
+    rank_input,
+    reference,
+    span_for,
+)
 from mpi4py import MPI
 
 import mpiring
@@ -38,22 +47,6 @@ RANK = WORLD.rank
 GUARD = 600  # guard elements hold 600..850: exact in every dtype, never a result or the poison
 
 _BITS = {2: cupy.uint16, 4: cupy.uint32, 8: cupy.uint64}
-
-_NAP = cupy.RawKernel(r"""
-extern "C" __global__ void nap(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("nanosleep.u32 1000;");
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}""", "nap")
-
-
-def gpu_nap(stream: cupy.cuda.Stream, seconds: float) -> None:
-    """Hold ``stream`` for about ``seconds`` (one sleeping thread: no SM is kept busy)."""
-    _NAP((1,), (1,), (np.uint64(seconds * 1e9),), stream=stream)
-
 
 def bits(a: cupy.ndarray) -> cupy.ndarray:
     """The raw bits of ``a`` (so NaN and -0.0 compare exactly)."""
