@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import uuid
 
 import pytest
 
@@ -30,10 +31,15 @@ def launcher(*, survive_deaths: bool = False) -> list[str]:
     return cmd
 
 
+MARKER = "MPIRING_GPU_JOB"  # in every process of a job: what finds them all when it hangs
+
+
 def run(ranks: int, argv: list[str], env: dict[str, str], limit: float, *,
         survive_deaths: bool = False) -> tuple[int | None, str]:
     """Run ``argv`` on ``ranks`` ranks with ``env`` added; return (exit status, output).
-    Past ``limit`` seconds the whole job is killed and the status is None (a hang)."""
+    Past ``limit`` seconds every process of the job is killed and the status is None (a hang)."""
+    token = uuid.uuid4().hex
+    env = {**env, MARKER: token}
     cmd = launcher(survive_deaths=survive_deaths) + ["-n", str(ranks)]
     if "--allow-run-as-root" in cmd or "--bind-to" in cmd:  # Open MPI: forward our variables
         for name in env:
@@ -45,8 +51,21 @@ def run(ranks: int, argv: list[str], env: dict[str, str], limit: float, *,
         output, _ = proc.communicate(timeout=limit)
         return proc.returncode, output
     except subprocess.TimeoutExpired:
-        for sig in (signal.SIGKILL, signal.SIGCONT):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
+        for pid in _marked(token) | {proc.pid}:  # ranks may sit in process groups of their own
+            for sig in (signal.SIGKILL, signal.SIGCONT):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
         output, _ = proc.communicate()
         return None, output
+
+
+def _marked(token: str) -> set[int]:
+    """Live processes whose environment carries this job's marker."""
+    needle = f"{MARKER}={token}".encode()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.add(int(entry))
+    return found

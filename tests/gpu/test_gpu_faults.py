@@ -39,12 +39,12 @@ DIRECT = ("oneshot", "twoshot")
 
 class Job:
     def __init__(self, tmp: Path, scenario: str, algo: str, *, check: bool, limit: float = 120.0,
-                 resume: float = 0.0) -> None:
+                 resume: float = 0.0, env: dict[str, str] | None = None) -> None:
         out = tmp / "records"
         out.mkdir(parents=True)
         env = {"MPIRING_TIMEOUT": str(T), "MPIRING_CHECK": "1" if check else "0",
                "MPIRING_FAULT_OUT": str(out), "MPIRING_FAULT_RESUME": str(resume),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", **(env or {})}
         self.returncode, self.output = run(RANKS, [sys.executable, str(SCRIPT), scenario, str(VICTIM), algo],
                                            env, limit, survive_deaths=True)
         self.records = {int(p.stem[4:]): json.loads(p.read_text()) for p in out.glob("rank*.json")}
@@ -100,6 +100,17 @@ def test_rank_killed_while_its_call_runs(tmp_path: Path, algo: str) -> None:
     job = Job(tmp_path, "kill", algo, check=False)
     assert [e["call"] for e in job.records[VICTIM]["events"]] == ["warm-up"], job.explain()
     check_failure(job, algo)
+
+
+@pytest.mark.parametrize("algo", ["ring", "oneshot"])
+def test_control_without_the_gpu_timeouts_the_kill_test_fails(tmp_path: Path, algo: str) -> None:
+    """The kill scenario with the watchdog and the kernels' clocks switched off
+    (``MPIRING_FAULT_UNSAFE=1``): the checks of the test above must fail (the survivors' GPU
+    work never ends, so the job hangs until its hard limit), which shows they test those two
+    protections and not something else."""
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        job = Job(tmp_path, "kill", algo, check=False, limit=30.0, env={"MPIRING_FAULT_UNSAFE": "1"})
+        check_failure(job, algo)
 
 
 @pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot"])
