@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 
 PROBE_BYTES = 64  # what each rank writes into every peer to prove peer access
-ABANDONED_STAGING: list[int] = []  # allocations a failed communicator could not free: see close
 
 
 def agree(node: MPI.Intracomm, problem: str | None, timeout: float, what: str) -> None:
@@ -53,7 +52,6 @@ class IpcStaging:
         self.node = node
         self.rank, self.size = node.rank, node.size
         self.layout = layout
-        self.timeout = timeout
         self.waiter = Waiter(timeout, node.rank)
         self.base = 0
         self._opened: list[int] = []
@@ -174,8 +172,7 @@ class IpcStaging:
 
     def _keep(self) -> None:
         """Never free our allocation: a peer may still map it (freed when the process exits)."""
-        ABANDONED_STAGING.append(self.base)  # still counted live: it is still held
-        self.base = 0
+        self.base = 0  # still counted live in LIVE["staging"]: it is still held
 
     def _free(self) -> None:
         if self.base:

@@ -26,18 +26,16 @@ Scenarios (``VICTIM`` is the faulty rank; the communicator's timeout is ``MPIRIN
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fault_record import close, event, save, state, wait_for  # (this script's directory)
 from mpi4py import MPI
 
 import mpiring
@@ -48,22 +46,11 @@ SLOT = 4096
 
 world = MPI.COMM_WORLD
 rank, size = world.rank, world.size
-out_dir = Path(os.environ["MPIRING_FAULT_OUT"])
 timeout = float(os.environ["MPIRING_TIMEOUT"])
-state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "events": [], "recorded": False}
 
 
-def save() -> None:
-    """Write this rank's record atomically (a reader never sees half a file)."""
-    path = out_dir / f"rank{rank}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state))
-    tmp.replace(path)
 
 
-def event(**facts: Any) -> None:
-    state["events"].append(facts)
-    save()
 
 
 def inputs(count: int, dtype: Any = np.float64, r: int = rank, salt: int = 0) -> np.ndarray:
@@ -109,29 +96,8 @@ def call(comm: mpiring.Communicator, label: str, count: int = COUNT, dtype: Any 
     return out
 
 
-def wait_for(ranks: list[int], limit: float) -> None:
-    """Wait (bounded) until ``ranks`` have recorded their outcome: outside MPI, since MPICH may
-    end the job as soon as one survivor touches MPI again while a peer is dead."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        done = 0
-        for r in ranks:
-            with contextlib.suppress(OSError, ValueError, KeyError):  # not written yet, or mid-write
-                done += json.loads((out_dir / f"rank{r}.json").read_text())["recorded"]
-        if done == len(ranks):
-            return
-        time.sleep(0.02)
 
 
-def close(comm: mpiring.Communicator) -> None:
-    start = time.monotonic()
-    try:
-        comm.close()
-        outcome = "ok"
-    except Exception as err:  # recorded for the test to judge
-        outcome = f"{type(err).__name__}: {err}"
-    state["close"] = {"outcome": outcome, "elapsed": time.monotonic() - start}
-    save()
 
 
 def sabotage(comm: mpiring.Communicator, at_send: int, action: Any) -> None:

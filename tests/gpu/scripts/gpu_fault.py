@@ -27,8 +27,6 @@ the control that shows the tests fail without them.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -44,6 +42,9 @@ from mpi4py import MPI
 
 import mpiring
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults" / "scripts"))
+from fault_record import close, event, save, state, wait_for  # noqa: E402 - shared with the host faults
+
 POISON = -12345.0
 COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20}  # elements of float32
 SPIN = cupy.RawKernel(r"""
@@ -55,21 +56,11 @@ extern "C" __global__ void spin(long long ns) {
 
 world = MPI.COMM_WORLD
 rank, size = world.rank, world.size
-out_dir = Path(os.environ["MPIRING_FAULT_OUT"])
 timeout = float(os.environ["MPIRING_TIMEOUT"])
-state: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "events": [], "recorded": False}
 
 
-def save() -> None:
-    path = out_dir / f"rank{rank}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state))
-    tmp.replace(path)
 
 
-def event(**facts: Any) -> None:
-    state["events"].append(facts)
-    save()
 
 
 def inputs(count: int, dtype: Any = cupy.float32, r: int = rank, salt: int = 0) -> cupy.ndarray:
@@ -120,28 +111,8 @@ def call(comm: mpiring.Communicator, label: str, algo: str, count: int | None = 
     event(**facts)
 
 
-def wait_for(ranks: list[int], limit: float) -> None:
-    """Wait (bounded, outside MPI) until ``ranks`` have recorded their outcome."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        done = 0
-        for r in ranks:
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                done += json.loads((out_dir / f"rank{r}.json").read_text())["recorded"]
-        if done == len(ranks):
-            return
-        time.sleep(0.02)
 
 
-def close(comm: mpiring.Communicator) -> None:
-    start = time.monotonic()
-    try:
-        comm.close()
-        outcome = "ok"
-    except Exception as err:  # recorded for the test to judge
-        outcome = f"{type(err).__name__}: {err}"
-    state["close"] = {"outcome": outcome, "elapsed": time.monotonic() - start}
-    save()
 
 
 def kill_while_enqueueing(comm: mpiring.Communicator, algo: str) -> None:
