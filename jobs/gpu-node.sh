@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests (set-up errors, faults, then the whole suite on every GPU of this node and on 2 ranks,
 # with the 10,000-call stress and 1,000 create/close cycles), then a short correctness-and-speed check
-# (every mpiring algorithm beside ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
+# (every GPU row of the algorithm table, and auto, beside ncclAllReduce). Run from anywhere:  bash jobs/gpu-node.sh
 # Env: as in node-env.sh, and OUTDIR for the check's results.
 set -euo pipefail
 source "$(dirname "$0")/node-env.sh"
@@ -13,5 +13,5 @@ for n in $(printf '%s\n' "$NGPUS" 2 | uniq); do
   run "$n" "$PY" -m pytest -q --with-mpi tests/gpu
 done
 echo "== correctness and speed, $NGPUS ranks"
-run "$NGPUS" "$PY" -m mpiring.bench -b 1K -e 1G -f 32 --algo nccl,ring,oneshot,twoshot,auto \
+run "$NGPUS" "$PY" -m mpiring.bench -b 1K -e 1G -f 32 --progress off \
   --output-dir "${OUTDIR:-results/check}" --no-plot

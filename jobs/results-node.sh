@@ -12,8 +12,8 @@ TUNING=${TUNING:-$OUTDIR/tuning.json}
 mkdir -p "$OUTDIR"
 
 echo "== tuning table, $NGPUS ranks -> $TUNING"
-if [ -f "$TUNING" ]; then run "$NGPUS" "$PY" -m mpiring.tune -b 1K -e 1G -f 2 --merge "$TUNING"
-else run "$NGPUS" "$PY" -m mpiring.tune -b 1K -e 1G -f 2 --output "$TUNING"; fi
+if [ -f "$TUNING" ]; then run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --merge "$TUNING"
+else run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --output "$TUNING"; fi
 export MPIRING_TUNING_FILE=$PWD/$TUNING  # auto below uses the table just measured
 [ ${#extra[@]} -gt 0 ] && extra+=(-x MPIRING_TUNING_FILE)  # Open MPI passes only what it is told
 

@@ -8,8 +8,10 @@
         comm.Allreduce(x, y, op=MPI.MAX) # into y; MPI.IN_PLACE works too
 """
 
+from . import algorithms
 from ._logging import configure_logging
-from .communicator import ALGORITHMS, Communicator
+from .algorithms import Algorithm, register
+from .communicator import Communicator
 from .errors import (
     CommunicatorClosedError,
     InvalidArgumentError,
@@ -22,10 +24,11 @@ from .errors import (
     UnavailableError,
 )
 from .ops import Op
+from .timeouts import TimeoutPolicy
 
 __version__ = "0.1.0"
 __all__ = [
-    "ALGORITHMS",
+    "Algorithm",
     "Communicator",
     "CommunicatorClosedError",
     "InvalidArgumentError",
@@ -36,7 +39,10 @@ __all__ = [
     "PeerFailedError",
     "RankMismatchError",
     "SetupError",
+    "TimeoutPolicy",
     "UnavailableError",
+    "algorithms",
+    "register",
 ]
 
 configure_logging()

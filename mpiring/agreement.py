@@ -25,11 +25,13 @@ sends to a missing rank stay queued for it, on the caller's communicator.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 
 import numpy as np
 from mpi4py import MPI
 
 from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
+from .ops import Op, dtype_name
 from .signals import CALLS, SharedBoard, Waiter
 
 FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory")
@@ -155,11 +157,19 @@ class AgreementCheck:
         timeout: seconds to wait for every rank; None waits forever (tests with fake comms).
         board: node shared memory where each rank counts the checks it entered, to name the
             missing ranks on a timeout (optional).
+        algorithm_name: the name of an algorithm's wire code, for mismatch errors (optional).
     """
 
     def __init__(self, comm: MPI.Intracomm, timeout: float | None = None,
-                 board: SharedBoard | None = None) -> None:
+                 board: SharedBoard | None = None,
+                 algorithm_name: Callable[[int], str] | None = None) -> None:
         self.comm = comm
+        # How each field's wire code reads in an error ("float32", not "dtype 2").
+        self.names: dict[str, Callable[[int], str]] = {
+            "dtype": dtype_name, "op": _op_name, "memory": _memory_name,
+            "batches": lambda b: str(b) if b else "default"}
+        if algorithm_name is not None:
+            self.names["algorithm"] = algorithm_name
         self.waiter = None if timeout is None else Waiter(timeout, comm.rank)
         self.board = board
         self.calls = 0  # checks entered by this rank: the sequence number of a call
@@ -192,7 +202,8 @@ class AgreementCheck:
         for i, name in enumerate(FIELDS):
             hi, lo = int(self._recv[1 + 2 * i]), -int(self._recv[2 + 2 * i])
             if hi != lo:
-                diffs.append(f"{name} (this rank {values[name]}, lowest {lo}, highest {hi})")
+                say = self.names.get(name, str)
+                diffs.append(f"{name} (this rank {say(values[name])}, others from {say(lo)} to {say(hi)})")
         if diffs:
             raise RankMismatchError(
                 f"ranks called allreduce with different arguments: {'; '.join(diffs)}. Every rank "
@@ -234,3 +245,11 @@ class AgreementCheck:
             return head + " (all did: a rank may have crashed or stopped inside it)"
         where = ", ".join(f"rank {r} is at call {self.board.read(r, CALLS)}" for r in absent[:16])
         return f"{head}: {len(absent)} of {self.board.size} ranks did not call allreduce ({where})"
+
+
+def _op_name(code: int) -> str:
+    return Op(code).name.lower() if code in Op._value2member_map_ else f"op code {code}"
+
+
+def _memory_name(code: int) -> str:
+    return {0: "host", 1: "GPU"}.get(code, f"memory code {code}")

@@ -1,23 +1,31 @@
 """``mpiring.Communicator``: the public API, in mpi4py's idiom.
 
-A communicator binds the ranks of one node, allocates its staging memory once, and then
-allreduces host arrays (host transport) or GPU arrays (CUDA IPC transport, or the NCCL
-baselines) with the algorithm asked for.
+A communicator binds the ranks of one node, allocates its staging memory once (the control
+board in node shared memory, and a GPU backend when there are GPUs), and then allreduces host
+or GPU arrays with the algorithm asked for: a row of the table in ``mpiring.algorithms``.
+
+One call, in order: describe the buffers; resolve the algorithm (``auto`` -> a row); check
+the call locally; the agreement check (every rank learns whether any rank rejected its call
+or disagrees); the row's ``run`` on the backend of the buffers' memory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from . import cuda, tuning
+from . import algorithms, cuda
 from .agreement import FIELDS, AgreementCheck, all_ranks, join
-from .buffers import Buffer, Memory, check_pair, describe
+from .algorithms import AUTO, Algorithm, Call
+from .algorithms import auto as auto_table
+from .backends.base import Backend
+from .backends.host import HostBackend
+from .buffers import Memory, check_pair, describe
+from .control import ControlBoard
 from .errors import (
     CommunicatorClosedError,
     InvalidArgumentError,
@@ -27,39 +35,11 @@ from .errors import (
     SetupError,
     UnavailableError,
 )
-from .ops import Op, dtype_code, normalize_op
-from .pipeline import RingPipeline
-from .schedule import RingPlan, choose_batches, default_batches
-from .signals import FAILED
-from .transports.base import CallBuffers
-from .transports.host import HostTransport
+from .ops import dtype_code, normalize_op
+from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_batches, empty_like
+from .transports.host import slot_bytes_for
 
 log = logging.getLogger(__name__)
-
-# Codes sent in the agreement check. "auto" resolves to one of the others before that check.
-ALGORITHMS = {"ring": 1, "nccl": 2, "nccl-ring": 3, "mpi": 4, "oneshot": 5, "twoshot": 6, "auto": 7}
-HOST_ALGORITHMS = ("ring", "mpi")
-CUDA_ALGORITHMS = ("ring", "oneshot", "twoshot", "nccl", "nccl-ring")
-
-DEFAULT_HOST_SLOT_BYTES = 1 << 20  # two slots of 1 MiB of node shared memory per rank
-DEFAULT_TIMEOUT = 300.0
-
-
-def _env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")
-
-
-def _env_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        return float(value)
-    except ValueError:
-        raise InvalidArgumentError(f"{name}={value!r} is not a number of seconds") from None
 
 
 class Communicator:
@@ -73,9 +53,9 @@ class Communicator:
         device: the GPU of this rank; default: the GPU of this process's first communicator,
             else its rank among the node's ranks.
         algorithm: default algorithm: ``"auto"`` (per message size, from the tuning table;
-            ``MPIRING_ALGO`` overrides its choice), ``"ring"`` (the copy-engine ring),
-            ``"oneshot"`` / ``"twoshot"`` (one-launch kernels for small / medium messages),
-            ``"nccl"``, ``"nccl-ring"`` (GPU baselines) or ``"mpi"`` (host: ``MPI.Allreduce``).
+            ``MPIRING_ALGO`` overrides its choice) or any name of ``mpiring.algorithms.names()``
+            (``"ring"``, ``"ring-events"``, ``"oneshot"``, ``"twoshot"``, ``"nccl"``,
+            ``"nccl-ring"``, ``"mpi"``).
         batches: mini-batches per call; None picks one by message size.
         slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
         check: run the cross-rank agreement check on every call (default on;
@@ -84,36 +64,23 @@ class Communicator:
             ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
     """
 
-    def __init__(
-        self,
-        comm: MPI.Intracomm | None = None,
-        *,
-        gpu: bool | None = None,
-        device: int | None = None,
-        algorithm: str = "auto",
-        batches: int | None = None,
-        slot_bytes: int | None = None,
-        check: bool | None = None,
-        timeout: float | None = None,
-    ) -> None:
+    def __init__(self, comm: MPI.Intracomm | None = None, *, gpu: bool | None = None,
+                 device: int | None = None, algorithm: str = "auto", batches: int | None = None,
+                 slot_bytes: int | None = None, check: bool | None = None,
+                 timeout: float | None = None) -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
         base = MPI.COMM_WORLD if comm is None else comm
-        self.algorithm = self._check_algorithm(algorithm)
-        forced = os.environ.get("MPIRING_ALGO") or None
-        if forced is not None and self._check_algorithm(forced) == "auto":
-            forced = None
-        self._forced = forced and forced.lower()  # what "auto" runs instead of the table's choice
-        self._tuning = tuning.load()
-        self.batches = self._check_batches(batches)
-        self.check = _env_flag("MPIRING_CHECK", True) if check is None else bool(check)
-        self.timeout = _env_float("MPIRING_TIMEOUT", DEFAULT_TIMEOUT) if timeout is None else float(timeout)
-        if self.timeout <= 0:
-            raise InvalidArgumentError(f"timeout must be positive, got {self.timeout}")
+        opts = Options.resolve(algorithm, batches, check, timeout)
+        self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
+        self.timeouts = opts.timeouts
+        self._forced = opts.forced  # what "auto" runs instead of the table's choice
+        self._tuning = auto_table.load()
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
-        self._host: RingPipeline | None = None
-        self._gpu = None
+        self.board: ControlBoard | None = None
+        self._host: HostBackend | None = None
+        self._gpu: Backend | None = None
         try:
             self._set_up(base.size, gpu, device, slot_bytes)
         except BaseException as err:  # release what was made
@@ -126,9 +93,14 @@ class Communicator:
         self._closed = False
         log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
 
+    @property
+    def timeout(self) -> float:
+        """Seconds any wait for a peer may take (the communicator's :class:`TimeoutPolicy`)."""
+        return self.timeouts.seconds
+
     def _set_up(self, base_size: int, gpu: bool | None, device: int | None,
                 slot_bytes: int | None) -> None:
-        """Collective set-up on every rank: node check, host staging, GPU context."""
+        """Collective set-up on every rank: node check, control board, backends."""
         if self.node.size != self.comm.size:
             raise SetupError(
                 f"mpiring needs every rank on one node, but this communicator of {base_size} ranks "
@@ -136,10 +108,12 @@ class Communicator:
                 "Communicator per node, e.g. from comm.Split_type(MPI.COMM_TYPE_SHARED)"
             )
         self.rank, self.size = self.comm.rank, self.comm.size
-        host_slot = DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
-        self._host = RingPipeline(HostTransport(self.node, host_slot, self.timeout))
-        # After the host board: the check counts its calls there, to name missing ranks.
-        self._agreement = AgreementCheck(self.comm, self.timeout, self._host.transport.board)
+        host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
+        self.board = ControlBoard(self.node, 2 * host_slot, self.timeouts)
+        self._host = HostBackend(self.comm, self.board, host_slot, self.timeouts)
+        # After the board: the check counts its calls there, to name missing ranks.
+        self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
+                                         algorithms.name_of_code)
         use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = all_ranks(self.comm, use_gpu, self.timeout, "decide whether to use GPUs")
@@ -149,38 +123,17 @@ class Communicator:
                 "or mpiring[cuda13] and run where every rank sees a GPU"
             )
         if use_gpu:
-            self._gpu = cuda.GpuContext(self.comm, self.node, device, slot_bytes, self.timeout)
+            from .backends.gpu import GpuBackend
 
-    # -- argument checks ---------------------------------------------------------------
+            self._gpu = GpuBackend(self.comm, self.node, self.board, device, slot_bytes, self.timeouts)
 
-    @staticmethod
-    def _check_algorithm(algorithm: str | None) -> str:
-        name = str(algorithm).lower()
-        if name not in ALGORITHMS:
-            raise InvalidArgumentError(f"unknown algorithm {algorithm!r}: choose one of {sorted(ALGORITHMS)}")
-        return name
-
-    @staticmethod
-    def _check_batches(batches: int | None) -> int | None:
-        if batches is None:
-            return None
-        if isinstance(batches, bool) or not isinstance(batches, (int, np.integer)) or batches < 1:
-            raise InvalidArgumentError(f"batches must be a positive integer or None, got {batches!r}")
-        return int(batches)
-
-    def _agree(self, rejected: bool, values: dict[str, int]) -> None:
-        """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
-        try:
-            self._agreement.run(rejected, values, _ALGORITHM_NAMES.get(values["algorithm"]))
-        except MpiringTimeoutError as err:
-            self._fail(err)
-            raise
+    # -- failure state -----------------------------------------------------------------
 
     def _fail(self, err: BaseException) -> None:
-        """Refuse further use, and tell the peers (in the host board) so they stop at once too."""
+        """Refuse further use, and tell the peers (in the control board) so they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
-        if self._host is not None and not self._closed:
-            self._host.transport.board.post(self.rank, FAILED, 1)
+        if self.board is not None and not self._closed:
+            self.board.mark_failed()
 
     def _usable(self) -> None:
         if self._failed:
@@ -194,7 +147,7 @@ class Communicator:
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        peers = self._failed_peers()
+        peers = self.board.failed_peers()
         if peers:
             err = PeerFailedError(
                 f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
@@ -203,11 +156,6 @@ class Communicator:
             )
             self._fail(err)
             raise err
-
-    def _failed_peers(self) -> list[int]:
-        """The peers that marked the communicator failed."""
-        return [r for r, row in enumerate(self._host.transport.board.counters)
-                if row[FAILED] and r != self.rank]
 
     def synchronize(self) -> None:
         """Wait until this rank's GPU calls on this communicator have finished; raise if one failed.
@@ -251,22 +199,12 @@ class Communicator:
         """
         self._usable()
         rejected: Exception | None = None
-        values = dict.fromkeys(("count", "dtype", "op", "algorithm", "batches", "memory"), 0)
+        values = dict.fromkeys(FIELDS, 0)
         try:
-            nb = self.batches if batches is None else self._check_batches(batches)
-            the_op = normalize_op(op)
-            recv = describe(recvbuf, "recvbuf")
-            algo = self._resolve(recv.count * recv.dtype.itemsize, recv.memory, algorithm)
-            in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
-            send = recv if in_place else describe(sendbuf, "sendbuf")
-            in_place = in_place or check_pair(send, recv)
-            if recv.readonly:
-                raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
-            self._check_memory(recv, algo)
-            if not in_place and recv.memory is Memory.CUDA:
-                self._gpu.check_buffer(send, "sendbuf")
-            values.update(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op),
-                          algorithm=ALGORITHMS[algo], batches=nb or 0, memory=int(recv.memory))
+            call, row, backend = self._prepare(sendbuf, recvbuf, op, algorithm, batches)
+            recv = call.recv
+            values.update(count=recv.count, dtype=dtype_code(recv.dtype), op=int(call.op), algorithm=row.code,
+                          batches=call.batches or 0, memory=int(recv.memory))
         except Exception as err:  # any local failure must reach the peers, or they hang
             rejected = err
         if self.check:
@@ -276,8 +214,47 @@ class Communicator:
         if recv.count == 0:
             return
         try:
-            self._dispatch(algo, None if in_place else send, recv, the_op, nb)
+            row.run(backend, call)
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
+            self._fail(err)
+            raise
+
+    def _prepare(self, sendbuf: Any, recvbuf: Any, op: Any, algorithm: str | None,
+                 batches: int | None) -> tuple[Call, Algorithm, Backend]:
+        """Describe and check one call on this rank: raises what is wrong with it here."""
+        nb = self.batches if batches is None else check_batches(batches)
+        the_op = normalize_op(op)
+        recv = describe(recvbuf, "recvbuf")
+        backend = self._backend(recv.memory)
+        row = self._resolve(recv.nbytes, recv.memory, algorithm)
+        in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
+        send = recv if in_place else describe(sendbuf, "sendbuf")
+        in_place = in_place or check_pair(send, recv)
+        if recv.readonly:
+            raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
+        backend.check_buffer(recv, "recvbuf")
+        if not in_place:
+            backend.check_buffer(send, "sendbuf")
+        call = Call(None if in_place else send, recv, the_op, nb)
+        if row.check is not None:
+            row.check(backend, call)
+        return call, row, backend
+
+    def _backend(self, memory: Memory) -> Backend:
+        if memory is Memory.HOST:
+            return self._host
+        if self._gpu is None:
+            raise UnavailableError(
+                "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
+                "at set-up)"
+            )
+        return self._gpu
+
+    def _agree(self, rejected: bool, values: dict[str, int]) -> None:
+        """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
+        try:
+            self._agreement.run(rejected, values, algorithms.name_of_code(values["algorithm"]))
+        except MpiringTimeoutError as err:
             self._fail(err)
             raise
 
@@ -286,7 +263,7 @@ class Communicator:
         """Return a new array holding the reduction of ``x`` over all ranks (like ``comm.allreduce``)."""
         self._usable()
         try:
-            out = _empty_like(x)
+            out = empty_like(x)
         except Exception:
             if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
                 self._agree(True, dict.fromkeys(FIELDS, 0))
@@ -294,46 +271,7 @@ class Communicator:
         self.Allreduce(x, out, op, algorithm=algorithm, batches=batches)
         return out
 
-    def _check_memory(self, buf: Buffer, algo: str) -> None:
-        if buf.memory is Memory.HOST:
-            if algo not in HOST_ALGORITHMS:
-                raise InvalidArgumentError(
-                    f"algorithm {algo!r} reduces GPU arrays, but these are host arrays "
-                    f"(host algorithms: {', '.join(HOST_ALGORITHMS)})"
-                )
-            if algo == "mpi" and buf.dtype.name == "bfloat16":
-                raise InvalidArgumentError(
-                    "algorithm 'mpi' cannot reduce bfloat16 (MPI has no bfloat16 type): "
-                    "use algorithm='ring'"
-                )
-            return
-        if algo not in CUDA_ALGORITHMS:
-            raise InvalidArgumentError(
-                f"algorithm {algo!r} reduces host arrays, but these are GPU arrays "
-                f"(GPU algorithms: {', '.join(CUDA_ALGORITHMS)})"
-            )
-        if self._gpu is None:
-            raise UnavailableError(
-                "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
-                "at set-up)"
-            )
-        self._gpu.check_buffer(buf, "recvbuf")
-
-    def _dispatch(self, algo: str, send: Buffer | None, recv: Buffer, op: Op, batches: int | None) -> None:
-        if recv.memory is Memory.HOST:
-            if algo == "mpi":
-                self.comm.Allreduce(MPI.IN_PLACE if send is None else send.array, recv.array,
-                                    op=_MPI_OPS[op]())
-                return
-            self._run_ring(self._host, send.array if send else None, recv.array, recv, op, batches, None)
-            return
-        g = self._gpu
-        if algo == "ring":
-            self._run_ring(g.pipeline, send, recv, recv, op, batches, g.ordered_stream())
-        elif algo in ("oneshot", "twoshot"):
-            g.direct_call(algo, send, recv, op)
-        else:
-            g.baseline(algo, send, recv, op, batches)
+    # -- which algorithm -----------------------------------------------------------------
 
     def resolve(self, count: int, dtype: Any, algorithm: str | None = None, *,
                 gpu: bool | None = None) -> str:
@@ -341,70 +279,60 @@ class Communicator:
         the communicator's), with ``"auto"`` replaced by its choice for that size."""
         on_gpu = self.gpu if gpu is None else gpu
         nbytes = int(count) * np.dtype(dtype).itemsize
-        return self._resolve(nbytes, Memory.CUDA if on_gpu else Memory.HOST, algorithm)
+        return self._resolve(nbytes, Memory.CUDA if on_gpu else Memory.HOST, algorithm).name
 
-    def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None) -> str:
-        algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
-        on_gpu = memory is Memory.CUDA and self._gpu is not None
-        if algo != "auto":
-            if algo == "oneshot" and on_gpu and nbytes > self._oneshot_limit():
-                raise InvalidArgumentError(
-                    f"algorithm 'oneshot' takes messages of at most {self._oneshot_limit()} bytes, "
-                    f"got {nbytes}: use 'twoshot' or 'auto'"
-                )
-            if algo == "ring" and on_gpu and self._gpu.capturing():
-                raise InvalidArgumentError(
-                    "algorithm 'ring' cannot be captured into a CUDA graph (its GPU signals carry "
-                    "per-call sequence numbers): use 'oneshot', 'twoshot', 'nccl' or 'auto'"
-                )
-            return algo
-        if memory is Memory.HOST or self._gpu is None:
-            return "ring"  # the host path has one mpiring algorithm
-        if self._forced is not None:
-            return self._resolve(nbytes, memory, self._forced)
-        if self.size == 1:
-            return "ring"  # a copy, whatever the size
-        choice = self._tuning.choose(self.size, nbytes)
-        if choice == "oneshot" and nbytes > self._oneshot_limit():
-            choice = "twoshot"
-        elif choice == "ring" and self._gpu.capturing():
-            choice = "twoshot"  # graph-capturable, unlike the ring
-        return choice
+    def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None) -> Algorithm:
+        """The row a call of ``nbytes`` in ``memory`` runs; raises if it cannot run it."""
+        name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
+        if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the memory
+            forced = self._forced and algorithms.get(self._forced).serves(memory)
+            name = self._forced if forced else self._auto_choice(nbytes, memory)
+        row = algorithms.get(name)
+        if not row.serves(memory):
+            kind = "GPU" if memory is Memory.CUDA else "host"
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} reduces {row.describe_memory()} arrays, but these are {kind} "
+                f"arrays ({kind} algorithms: {', '.join(algorithms.names(memory, with_auto=False))})")
+        backend = self._backend(memory)
+        limit = row.max_bytes(backend)
+        if limit is not None and nbytes > limit:
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} takes messages of at most {limit} bytes, got {nbytes}: "
+                "use another algorithm or 'auto'")
+        if not row.graph_capturable and backend.capturing():
+            capturable = [a.name for a in algorithms.rows() if a.graph_capturable and a.serves(memory)]
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} cannot be captured into a CUDA graph (its GPU signals carry "
+                f"per-call sequence numbers): use {', '.join(map(repr, capturable))} or 'auto'")
+        return row
 
-    def _oneshot_limit(self) -> int:
-        return self._gpu.oneshot_limit if self._gpu is not None else 0
+    def _auto_choice(self, nbytes: int, memory: Memory) -> str:
+        """What auto runs: the tuning table's choice, moved to the next candidate that can run
+        the call (fits its size limit; capturable while a CUDA graph is being captured)."""
+        candidates = algorithms.auto_candidates(memory)
+        if memory is Memory.HOST or self._gpu is None or self.size == 1:
+            return candidates[0]  # the host has one mpiring algorithm; one rank: a copy
+        first = self._tuning.choose(self.size, nbytes)
+        capturing = self._gpu.capturing()
+        order = [first] + [c for c in ("twoshot", "nccl", *candidates) if c != first]
+        for name in order:
+            row = algorithms.get(name)
+            limit = row.max_bytes(self._gpu)
+            if (limit is None or nbytes <= limit) and (row.graph_capturable or not capturing):
+                return name
+        return first
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:
         """The mini-batch count a call of ``count`` elements would run with (None for
         algorithms without mini-batches): the request or default, raised to fit the slots."""
-        algo = self.algorithm if algorithm is None else self._check_algorithm(algorithm)
-        if algo == "auto":
-            algo = self.resolve(count, dtype, algo, gpu=gpu)
         on_gpu = self.gpu if gpu is None else gpu
         dtype = np.dtype(dtype)
-        if algo == "ring":
-            pipeline = self._gpu.pipeline if on_gpu else self._host
-            return self._ring_batches(pipeline, count, dtype, batches)
-        if algo == "nccl-ring":
-            return self._gpu.ring_batches(count, dtype, batches)
-        return None
-
-    def _ring_batches(self, pipeline: RingPipeline, count: int, dtype: np.dtype,
-                      batches: int | None) -> int:
-        """The one rule for the ring's mini-batches: request or default, raised to fit a slot."""
-        return choose_batches(count, self.size, pipeline.transport.slot_capacity(dtype), batches,
-                              default_batches(count * dtype.itemsize, self.size))
-
-    def _run_ring(self, pipeline: RingPipeline, send: Any, recv: Any, desc: Buffer, op: Op,
-                  batches: int | None, stream: Any) -> None:
-        nb = self._ring_batches(pipeline, desc.count, desc.dtype, batches)
-        plan = RingPlan(self.size, desc.count, nb)
-        call = CallBuffers(send, recv, desc.count, desc.dtype, op, stream)
-        if stream is None:
-            pipeline.run(plan, call)
-        else:
-            self._gpu.run_ring(plan, call)
+        memory = Memory.CUDA if on_gpu else Memory.HOST
+        row = self._resolve(int(count) * dtype.itemsize, memory, algorithm)
+        if row.batches is None:
+            return None
+        return row.batches(self._backend(memory), int(count), dtype, batches)
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -423,9 +351,9 @@ class Communicator:
         """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
 
         After a failure (here or on a peer) nothing waits for peers: they may be gone; unless
-        ``peers_failed_too`` (every rank met the same set-up error), when the host board is
+        ``peers_failed_too`` (every rank met the same set-up error), when the control board is
         closed with the usual bounded handshake."""
-        peers = self._failed_peers() if self._host is not None else []
+        peers = self.board.failed_peers() if self.board is not None else []
         failed = (self._failed is not None and not peers_failed_too) or bool(peers)
         error: MpiringError | None = None
         if peers and self._failed is None:  # this rank has not heard yet: close tells it
@@ -439,13 +367,16 @@ class Communicator:
                 seen = self._gpu.close(abandon=failed)
                 if seen is not None and self._failed is None:  # met after the last call: say so
                     error, failed = seen, True
-            except MpiringError as err:  # a bounded wait expired: the GPU context abandoned
+            except MpiringError as err:  # a bounded wait expired: the GPU backend abandoned
                 error, failed = err, True
             self._gpu = None
         try:
             if self._host is not None:
                 host, self._host = self._host, None
-                host.transport.close(abandon=failed)
+                host.close(abandon=failed)
+            if self.board is not None:
+                board, self.board = self.board, None
+                board.close(abandon=failed)
         finally:
             self.node.Free()
             self.comm.Free()
@@ -462,22 +393,3 @@ class Communicator:
         state = "closed" if self._closed else ("failed" if self._failed else "open")
         where = f"{getattr(self, 'rank', '?')}/{getattr(self, 'size', '?')}"
         return f"<mpiring.Communicator rank {where} {state}>"
-
-
-_ALGORITHM_NAMES = {code: name for name, code in ALGORITHMS.items()}
-_MPI_OPS = {Op.SUM: lambda: MPI.SUM, Op.PROD: lambda: MPI.PROD, Op.MAX: lambda: MPI.MAX,
-            Op.MIN: lambda: MPI.MIN}
-
-
-def _empty_like(x: Any) -> Any:
-    """A fresh output array of the same shape, dtype and kind of memory as ``x``."""
-    if isinstance(x, np.ndarray):
-        return np.empty_like(x)
-    if hasattr(x, "new_empty"):  # torch
-        return x.new_empty(x.shape)
-    if hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack__"):
-        import cupy
-
-        view = cupy.asarray(x) if hasattr(x, "__cuda_array_interface__") else cupy.from_dlpack(x)
-        return cupy.empty_like(view)
-    raise InvalidArgumentError(f"cannot allreduce an object of type {type(x).__name__}")

@@ -1,11 +1,18 @@
-"""Reduction operations and element types mpiring supports, with the names users may give them.
+"""The one table of element types and reduction operators, with every name each layer needs.
 
-Pure code: no MPI, no device. Ops accept mpi4py's ``MPI.SUM`` & co. as well as strings.
+Pure code: no MPI, no device. A dtype or an op is one row here: its wire code (what the
+agreement check sends), its element struct or functor in the CUDA sources
+(``mpiring/cuda/csrc/types.cuh``), its NCCL and MPI names. Every other module looks names up
+here, so adding a type is one row plus, where the kernels need it, one struct in C++ (a test
+checks every row against the sources).
+
+Ops accept mpi4py's ``MPI.SUM`` & co. as well as strings.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,17 +30,73 @@ class Op(enum.IntEnum):
 
     @property
     def ufunc(self) -> np.ufunc:
-        return _UFUNCS[self]
+        return OPS[self].ufunc
+
+    @property
+    def row(self) -> OpInfo:
+        return OPS[self]
 
 
-_UFUNCS = {Op.SUM: np.add, Op.PROD: np.multiply, Op.MAX: np.maximum, Op.MIN: np.minimum}
-_OP_NAMES = {"sum": Op.SUM, "prod": Op.PROD, "max": Op.MAX, "min": Op.MIN}
+@dataclass(frozen=True)
+class OpInfo:
+    """One reduction operator, as every layer names it."""
+
+    op: Op
+    name: str  # lower-case, what users may pass as a string
+    ufunc: np.ufunc  # the host fold (max/min propagate NaN, as IEEE maximum does)
+    cuda: str  # functor in csrc/types.cuh
+    nccl: str  # ncclRedOp_t name
+    mpi: str  # attribute of mpi4py.MPI
+
+
+@dataclass(frozen=True)
+class DType:
+    """One element type, as every layer names it."""
+
+    name: str  # numpy's name (bfloat16: ml_dtypes')
+    code: int  # wire code of the agreement check
+    cuda: str  # element struct in csrc/types.cuh
+    nccl: str  # ncclDataType_t name
+    mpi: str | None  # attribute of mpi4py.MPI; None: MPI has no such type
+    torch: str  # attribute of torch
+
+    @property
+    def numpy(self) -> np.dtype | None:
+        """The numpy dtype, or None where it needs a package that is missing (bfloat16)."""
+        return bfloat16_dtype() if self.name == "bfloat16" else np.dtype(self.name)
+
+    @property
+    def epsilon(self) -> float:
+        """Machine epsilon (0 for integers)."""
+        if self.name == "bfloat16":
+            return 2.0**-7
+        dt = np.dtype(self.name)
+        return 0.0 if dt.kind in "iu" else float(np.finfo(dt).eps)
+
+
+OPS: dict[Op, OpInfo] = {row.op: row for row in (
+    OpInfo(Op.SUM, "sum", np.add, "Sum", "NCCL_SUM", "SUM"),
+    OpInfo(Op.PROD, "prod", np.multiply, "Prod", "NCCL_PROD", "PROD"),
+    OpInfo(Op.MAX, "max", np.maximum, "Max", "NCCL_MAX", "MAX"),
+    OpInfo(Op.MIN, "min", np.minimum, "Min", "NCCL_MIN", "MIN"),
+)}
+
+DTYPES: dict[str, DType] = {row.name: row for row in (
+    DType("float16", 1, "F16", "NCCL_FLOAT16", None, "float16"),
+    DType("float32", 2, "F32", "NCCL_FLOAT32", "FLOAT", "float32"),
+    DType("float64", 3, "F64", "NCCL_FLOAT64", "DOUBLE", "float64"),
+    DType("int32", 4, "I32", "NCCL_INT32", "INT32_T", "int32"),
+    DType("int64", 5, "I64", "NCCL_INT64", "INT64_T", "int64"),
+    DType("bfloat16", 6, "BF16", "NCCL_BFLOAT16", None, "bfloat16"),
+)}
+DTYPE_BY_CODE: dict[int, DType] = {row.code: row for row in DTYPES.values()}
+_OP_NAMES = {row.name: row.op for row in OPS.values()}
 
 
 def _mpi_ops() -> list[tuple[Any, Op]]:
     from mpi4py import MPI
 
-    return [(MPI.SUM, Op.SUM), (MPI.PROD, Op.PROD), (MPI.MAX, Op.MAX), (MPI.MIN, Op.MIN)]
+    return [(getattr(MPI, row.mpi), row.op) for row in OPS.values()]
 
 
 def normalize_op(op: Any) -> Op:
@@ -64,34 +127,37 @@ def bfloat16_dtype() -> np.dtype | None:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-# Element types: name -> wire code for the agreement check. bfloat16 is added when available.
-_DTYPE_CODES = {"float16": 1, "float32": 2, "float64": 3, "int32": 4, "int64": 5, "bfloat16": 6}
-
-
 def supported_dtypes() -> list[np.dtype]:
     """Every element type this installation can reduce on the host."""
-    out = [np.dtype(name) for name in _DTYPE_CODES if name != "bfloat16"]
-    bf16 = bfloat16_dtype()
-    if bf16 is not None:
-        out.append(bf16)
-    return out
+    return [dt for dt in (row.numpy for row in DTYPES.values()) if dt is not None]
 
 
-_CODE_BY_DTYPE: dict[np.dtype, int] = {}
+_ROW_BY_DTYPE: dict[np.dtype, DType] = {}
+
+
+def dtype_row(dtype: np.dtype) -> DType:
+    """The table row of a supported dtype; raises naming the dtype otherwise."""
+    row = _ROW_BY_DTYPE.get(dtype)
+    if row is not None:
+        return row
+    row = DTYPES.get(np.dtype(dtype).name)
+    if row is None:
+        names = ", ".join(DTYPES)
+        raise InvalidArgumentError(f"unsupported dtype {np.dtype(dtype).name}: mpiring reduces {names}")
+    if isinstance(dtype, np.dtype):
+        _ROW_BY_DTYPE[dtype] = row
+    return row
 
 
 def dtype_code(dtype: np.dtype) -> int:
     """The wire code of a supported dtype; raises naming the dtype otherwise."""
-    code = _CODE_BY_DTYPE.get(dtype)
-    if code is not None:
-        return code
-    code = _DTYPE_CODES.get(np.dtype(dtype).name)
-    if code is None:
-        names = ", ".join(_DTYPE_CODES)
-        raise InvalidArgumentError(f"unsupported dtype {np.dtype(dtype).name}: mpiring reduces {names}")
-    if isinstance(dtype, np.dtype):
-        _CODE_BY_DTYPE[dtype] = code
-    return code
+    return dtype_row(dtype).code
+
+
+def dtype_name(code: int) -> str:
+    """The name behind a wire code (for error messages), or the code itself if unknown."""
+    row = DTYPE_BY_CODE.get(int(code))
+    return row.name if row is not None else f"dtype code {code}"
 
 
 def is_integer(dtype: np.dtype) -> bool:
@@ -104,8 +170,4 @@ def tolerance(dtype: np.dtype, nranks: int) -> float:
     Each of the n-1 operations rounds once, by at most eps/2 relative; the bound is stated
     against sum(|x_i|) so it also holds where terms cancel.
     """
-    dtype = np.dtype(dtype)
-    if is_integer(dtype):
-        return 0.0
-    eps = 2.0**-7 if dtype.name == "bfloat16" else float(np.finfo(dtype).eps)
-    return max(nranks - 1, 1) * eps
+    return max(nranks - 1, 1) * dtype_row(np.dtype(dtype)).epsilon

@@ -18,70 +18,14 @@ another.
 
 from __future__ import annotations
 
-import functools
 import logging
 
 from .errors import MpiringTimeoutError
-from .schedule import FIRST_SEQ, SLOTS, RingPlan, Transfer, issue_order
+from .schedule import FIRST_SEQ, SLOTS, RingPlan, rank_script
+from .stall import locate
 from .transports.base import CallBuffers, RingTransport
 
 log = logging.getLogger(__name__)
-
-
-@functools.lru_cache(maxsize=256)
-def rank_script(plan: RingPlan, rank: int) -> tuple[tuple[bool, Transfer], ...]:
-    """``(is_send, transfer)`` in issue order for one rank; cached, since calls repeat sizes."""
-    transfers = plan.transfers(rank)
-    return tuple((kind == "send", transfers[t]) for kind, t in issue_order(plan))
-
-
-def _locate(err: MpiringTimeoutError, plan: RingPlan, tr: Transfer, is_send: bool, seq: int) -> None:
-    """Add to a timed-out wait where in the ring call it happened."""
-    phase = "reduce-scatter" if tr.step < plan.size - 1 else "all-gather"
-    step = f"{tr.step + 1} of {plan.steps} ({phase})"
-    where = (f"in the ring algorithm, step {step}, batch {tr.batch + 1} of {plan.batches}, "
-             f"{'send' if is_send else 'fold'} of transfer seq {seq}")
-    err.locate(where, algorithm="ring", step=step, seq=seq)
-
-
-def ring_stall(plan: RingPlan, rank: int, base: int, full: tuple[int, int],
-               free: tuple[int, int]) -> tuple[bool, Transfer, int] | None:
-    """Where a ring call of ``rank`` whose first transfer is ``base`` is stuck, given the
-    latest values of its flags (``full[k]``/``free[k]``: what slot k's signals last said):
-    ``(is_send, transfer, seq)`` of the first wait in issue order that they do not satisfy,
-    or None if none is waiting. Flags only grow, so one value per slot says it all."""
-    if plan.size == 1:
-        return None
-    for is_send, tr in rank_script(plan, rank):
-        seq = base + tr.index
-        slot = seq % SLOTS
-        if is_send and seq - SLOTS >= FIRST_SEQ and free[slot] < seq - SLOTS:
-            return True, tr, seq
-        if not is_send and full[slot] < seq:
-            return False, tr, seq
-    return None
-
-
-def stall_error(plan: RingPlan, rank: int, base: int, full: tuple[int, int], free: tuple[int, int],
-                timeout: float, hint: str) -> MpiringTimeoutError:
-    """The timeout error of a ring call stuck as the flags say (see :func:`ring_stall`)."""
-    stall = ring_stall(plan, rank, base, full, free)
-    if stall is None:
-        err = MpiringTimeoutError(rank, timeout, "the ring call to finish on the GPU (no wait for a "
-                                  "peer is pending: the GPU itself is busy or hung)", hint=hint)
-        return err.locate(f"in the ring algorithm, transfers seq {base}..{base + plan.num_transfers - 1}",
-                          algorithm="ring")
-    is_send, tr, seq = stall
-    slot = seq % SLOTS
-    nxt, prv = (rank + 1) % plan.size, (rank - 1) % plan.size
-    if is_send:
-        err = MpiringTimeoutError(rank, timeout, f"rank {nxt} to free slot {slot} (seq {seq - SLOTS})",
-                                  peer=nxt, hint=hint)
-    else:
-        err = MpiringTimeoutError(rank, timeout, f"rank {prv} to fill slot {slot} (seq {seq})",
-                                  peer=prv, hint=hint)
-    _locate(err, plan, tr, is_send, seq)
-    return err
 
 
 class RingPipeline:
@@ -116,7 +60,7 @@ class RingPipeline:
                     link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce)
                     link.post_slot_free(slot, seq)
         except MpiringTimeoutError as err:  # the waiter knows whom it waited for; we know where
-            _locate(err, plan, tr, is_send, seq)
+            locate(err, plan, tr, is_send, seq)
             raise
         self.next_seq = base + plan.num_transfers
         link.end()

@@ -14,6 +14,7 @@ run while the previous one is being reduced.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -183,3 +184,10 @@ def default_batches(nbytes: int, size: int) -> int:
     """
     per_rank = nbytes // max(size, 1)
     return 1 if per_rank < 32 * 1024 * 1024 else 2
+
+
+@functools.lru_cache(maxsize=256)
+def rank_script(plan: RingPlan, rank: int) -> tuple[tuple[bool, Transfer], ...]:
+    """``(is_send, transfer)`` in issue order for one rank; cached, since calls repeat sizes."""
+    transfers = plan.transfers(rank)
+    return tuple((kind == "send", transfers[t]) for kind, t in issue_order(plan))

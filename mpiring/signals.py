@@ -35,7 +35,10 @@ PAYLOAD_ALIGN = 4096
 # Counter indices in a rank's row.
 FULL = (0, 1)  # slot k of this rank holds use FULL[k] (written by the previous rank)
 FREE = (2, 3)  # this rank has folded use FREE[k] of its slot k (written by this rank)
-# 4..7 are unused (the GPU ring signals through flags in device memory instead)
+# The event-signalled GPU ring (ring-events) orders its event records and waits through these:
+EV_FULL = (4, 5)  # the previous rank has recorded its FULL event for use EV_FULL[k] of slot k
+EV_FREE = (6, 7)  # this rank has recorded its FREE event for use EV_FREE[k] of its slot k
+# (the memops GPU ring signals through flags in device memory instead)
 CALLS = 8  # agreement checks this rank has entered (by this rank): names the ranks that are missing
 CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY or ABANDONED
 CLOSE_READY, ABANDONED = 1, 2

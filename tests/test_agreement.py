@@ -96,8 +96,9 @@ def test_one_rank_disagrees(field: str, odd: int) -> None:
     lo, hi = GOOD[field], GOOD[field] + 7
     for r, err in enumerate(results):
         assert isinstance(err, RankMismatchError), f"rank {r}: {err!r}"
+        say = AgreementCheck(MPI.COMM_SELF).names.get(field, str)
         mine = values[r][field]
-        assert f"{field} (this rank {mine}, lowest {lo}, highest {hi})" in str(err)
+        assert f"{field} (this rank {say(mine)}, others from {say(lo)} to {say(hi)})" in str(err)
         assert "Every rank must pass the same count, dtype, op, algorithm, batches and memory" in str(err)
         for other in set(FIELDS) - {field}:
             assert f"{other} (this rank" not in str(err)
@@ -224,3 +225,13 @@ def test_join_and_all_ranks_on_one_rank() -> None:
         assert all_ranks(dup, False, 1.0, "agree") is False
     finally:
         dup.Free()
+
+
+def test_mismatch_errors_name_dtypes_ops_and_memory_not_codes() -> None:
+    """Users read "float32", "sum", "GPU", not wire codes."""
+    names = AgreementCheck(MPI.COMM_SELF, algorithm_name=lambda c: {1: "ring"}.get(c, "?")).names
+    assert names["dtype"](2) == "float32" and names["dtype"](6) == "bfloat16"
+    assert names["dtype"](77) == "dtype code 77"
+    assert names["op"](3) == "max" and names["op"](9) == "op code 9"
+    assert names["memory"](1) == "GPU" and names["algorithm"](1) == "ring"
+    assert names["batches"](0) == "default" and names["batches"](4) == "4"

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import mpiring
-from mpiring.bench import runner
+from mpiring.bench import runner, summary
 from mpiring.bench.measure import Outcome, Point
 from mpiring.bench.overlap import OverlapResult
 from mpiring.bench.report import Reporter
@@ -20,7 +20,8 @@ from mpiring.bench.stats import Stats
 
 def test_default_and_requested_algorithms():
     run, base, unavailable = runner._algorithms(None, gpu=True)
-    assert run == ["nccl", "nccl-ring", "ring", "oneshot", "twoshot", "auto"] and base == "nccl"
+    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "auto"]
+    assert base == "nccl"
     assert unavailable == {}
     run, base, unavailable = runner._algorithms(("auto", "ring", "nccl"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi"  # auto runs on the host when asked for
@@ -95,7 +96,7 @@ def test_summary_counts_na_points_and_gives_the_slowdowns():
             r("oneshot", 1024, speedup=2.0),
             r("oneshot", 2048, status="inapplicable", check="-", time_us=None),
             r("auto", 1024, status="inapplicable", check="-", time_us=None)]
-    lines = runner.summary_lines(rows, "nccl")
+    lines = summary.summary_lines(rows, "nccl")
     nccl = next(line for line in lines if line.startswith("nccl "))
     assert "GEMM slowdown median 1.40x (1.30x to 1.50x)" in nccl
     assert "allreduce slowdown median 2.10x" in nccl

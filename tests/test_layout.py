@@ -48,7 +48,7 @@ def test_regions_must_be_64k_multiples() -> None:
 
 
 def test_default_layout_size_is_what_the_readme_states() -> None:
-    from mpiring.cuda.context import staging_layout
+    from mpiring.backends.gpu import staging_layout
 
     assert staging_layout(None).alloc_bytes == 330 << 20
     assert staging_layout(1).slot_bytes == KB64  # rounded up to the region alignment

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from mpiring.cuda import sources
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,
@@ -24,7 +25,6 @@ from mpiring.cuda.status import (
     PEER,
     SEQ,
     STATE,
-    STATUS_SOURCE,
     STEP,
     TIMED_OUT,
     WORDS,
@@ -42,10 +42,14 @@ def words(state: int, kind: int = 0, peer: int = 0, seq: int = 0, block: int = 0
 
 
 def test_word_layout_matches_the_kernels_source() -> None:
-    """The word indices and STATE values are the ones the CUDA source (STATUS_SOURCE) defines."""
-    defined = {name: int(value) for name, value in re.findall(r"#define ST_(\w+) (\d+)", STATUS_SOURCE)}
-    assert defined == {"STATE": STATE, "KIND": KIND, "PEER": PEER, "SEQ": SEQ, "BLOCK": BLOCK,
-                       "STEP": STEP, "TIMED_OUT": TIMED_OUT, "ABORTED": ABORTED}
+    """The word indices and STATE values are the ones the CUDA source (csrc/status.cuh) defines
+    (tests/test_cuda_contract.py checks every ST_* constant)."""
+    text = sources.read("status.cuh")
+    defined = {name: int(value) for name, value in re.findall(r"#define ST_(\w+) (\d+)", text)}
+    assert {name: defined[name] for name in ("STATE", "KIND", "PEER", "SEQ", "BLOCK", "STEP", "TIMED_OUT",
+                                             "ABORTED")} == {
+        "STATE": STATE, "KIND": KIND, "PEER": PEER, "SEQ": SEQ, "BLOCK": BLOCK, "STEP": STEP,
+        "TIMED_OUT": TIMED_OUT, "ABORTED": ABORTED}
     assert (STATE, KIND, PEER, SEQ, BLOCK, STEP) == (0, 1, 2, 3, 4, 5)
     assert HEALTHY == 0 and WORDS > STEP
 

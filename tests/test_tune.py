@@ -1,4 +1,4 @@
-"""mpiring.tune's local parts: options, candidates, the table from bench rows, merging, the
+"""mpiring.bench.tune's local parts: options, candidates, the table from bench rows, merging, the
 file, and the checks made before measuring; plus one serial run on the host transport."""
 
 from __future__ import annotations
@@ -8,16 +8,17 @@ import json
 import pytest
 from mpi4py import MPI
 
-from mpiring import tune
+from mpiring.algorithms import auto_candidates
+from mpiring.algorithms.auto import TuningTable, load, parse
+from mpiring.bench import tune
 from mpiring.bench.results import Row
-from mpiring.tuning import AUTO_CANDIDATES, TuningTable, load, parse
 
 
 def test_options_and_the_bench_options_they_make():
     o = tune.parse_args([])
     b = o.bench
     assert b.size_range(gpu=True) == (1 << 10, 8 << 30) and b.stepfactor == 2.0
-    assert b.algos == AUTO_CANDIDATES and b.batches == ("auto",) and b.placements == ("out",)
+    assert b.algos == auto_candidates() and b.batches == ("auto",) and b.placements == ("out",)
     assert (b.dtype, b.op, b.check, b.plot, b.overlap) == ("float32", "sum", True, False, None)
     assert o.destination(4).name == "mpiring-tuning-4.json"
     o = tune.parse_args(["-b", "4K", "-e", "1G", "-f", "4", "--host", "--merge", "t.json",
@@ -36,7 +37,7 @@ def test_bad_options_exit_2(argv, capsys):
 
 
 def test_candidates():
-    assert tune.candidates(True) == AUTO_CANDIDATES
+    assert tune.candidates(True) == auto_candidates()
     assert tune.candidates(False) == ("ring",)  # "mpi" is no candidate of auto
 
 

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(opts: Any, world: Any, reporter: Any) -> int:
-    from . import metadata, runner
+    from . import metadata, runner, summary
     from .results import write_csv, write_json
 
     sw = runner.setup(opts, world, reporter)
@@ -47,7 +47,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     note = ""
     if sw.mode == "host":
         note = runner.FORCED_HOST_NOTE if opts.host else runner.HOST_MODE_NOTE
-    reporter.banner(title, runner.banner_lines(sw, meta), note)
+    reporter.banner(title, summary.banner_lines(sw, meta), note)
     started = time.perf_counter()
     rows = runner.run_sweep(sw)
     elapsed = time.perf_counter() - started
@@ -74,7 +74,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
             problem = f"could not write results: {type(err).__name__}: {err}"
     problem = world.bcast(problem, root=0)
 
-    for line in runner.summary_lines(rows, sw.baseline):
+    for line in summary.summary_lines(rows, sw.baseline):
         reporter.print(f"# {line}")
     reporter.print(f"# {len(rows)} rows in {elapsed:.1f} s"
                    + ("" if written else "; no files written"))

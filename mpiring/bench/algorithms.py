@@ -1,38 +1,43 @@
-"""Which algorithms the benchmark runs, and in which order, derived from the communicator's
-own lists (:data:`~mpiring.communicator.CUDA_ALGORITHMS`, ``HOST_ALGORITHMS``, ``ALGORITHMS``),
-so a new algorithm there shows up here without a copy to update.
+"""Which algorithms the benchmark runs, and in which order, read from the algorithm table
+(:mod:`mpiring.algorithms`), so a new row shows up here without a copy to update.
 
 Order of a sweep: the reference first (speed-ups are against it: ncclAllReduce on GPUs,
-MPI.Allreduce on the host), then the other baselines, then mpiring's algorithms in the
-communicator's order, then ``auto`` (GPU sweeps only: on the host ``auto`` means ``ring``, so it
-runs there only when asked for with ``--algo``).
+MPI.Allreduce on the host), then the other baselines, then mpiring's algorithms in table
+order, then ``auto`` (GPU sweeps only: on the host ``auto`` means ``ring``, so it runs there
+only when asked for with ``--algo``).
 """
 
 from __future__ import annotations
 
-from ..communicator import ALGORITHMS, CUDA_ALGORITHMS, HOST_ALGORITHMS
+from .. import algorithms
+from ..buffers import Memory
 
-AUTO = "auto"
-# Not mpiring's own: listed first, the first one present being the reference.
-BASELINES = ("nccl", "nccl-ring", "mpi")
-# Algorithms that take a mini-batch count (the others run once per size).
-BATCHED = tuple(a for a in ("ring", "nccl-ring") if a in ALGORITHMS)
-ALL = tuple(ALGORITHMS)
+AUTO = algorithms.AUTO
+
+
+def all_names() -> tuple[str, ...]:
+    """Every name ``--algo`` accepts: the table's rows, then ``auto``."""
+    return algorithms.names()
+
+
+def is_batched(name: str) -> bool:
+    """Whether ``name`` takes a mini-batch count (the others run once per size)."""
+    return name != AUTO and algorithms.get(name).batched
 
 
 def default_sweep(gpu: bool) -> tuple[str, ...]:
     """The algorithms a run on GPU (or host) arrays measures when ``--algo`` is not given."""
-    native = CUDA_ALGORITHMS if gpu else HOST_ALGORITHMS
-    first = [a for a in BASELINES if a in native]
-    rest = [a for a in native if a not in first]
-    auto = [AUTO] if gpu and AUTO in ALGORITHMS else []
-    return tuple(first + rest + auto)
+    memory = Memory.CUDA if gpu else Memory.HOST
+    rows = [a for a in algorithms.rows() if a.serves(memory)]
+    first = [a.name for a in rows if a.baseline]
+    rest = [a.name for a in rows if not a.baseline]
+    return tuple(first + rest + ([AUTO] if gpu else []))
 
 
 def runnable(gpu: bool) -> tuple[str, ...]:
     """Every algorithm that can reduce GPU (or host) arrays: the default sweep, plus ``auto``."""
     sweep = default_sweep(gpu)
-    return sweep + ((AUTO,) if AUTO in ALGORITHMS and AUTO not in sweep else ())
+    return sweep + ((AUTO,) if AUTO not in sweep else ())
 
 
 def reference(gpu: bool) -> str:

@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from .algorithms import ALL, default_sweep
+from .algorithms import all_names, default_sweep
 from .data import DTYPE_NAMES
 from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
 
@@ -94,7 +94,7 @@ class Options:
     argv: tuple[str, ...]
     overlap: str | None = None  # "gemm": also measure the allreduce beside a matmul
     # "eager": Python calls back to back; "graph": k calls replayed from one CUDA graph
-    # (nccl-tests' -G); "gpu": graph where the algorithm can be captured, eager for the ring.
+    # (nccl-tests' -G); "gpu": graph where the algorithm can be captured (the table says), eager otherwise.
     timing: str = "eager"
     gemm_size: int = DEFAULT_GEMM_SIZE
 
@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add SIZE from one point to the next instead of multiplying")
 
     g = p.add_argument_group("what to run")
-    g.add_argument("-a", "--algo", type=_choices(ALL, "algorithm"), metavar="LIST",
+    g.add_argument("-a", "--algo", type=_choices(all_names(), "algorithm"), metavar="LIST",
                    help="comma list of algorithms (default: all of the mode; GPU: "
                         f"{','.join(default_sweep(True))}; host: "
                         f"{','.join(default_sweep(False))}); an unavailable one is reported "

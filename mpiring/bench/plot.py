@@ -39,6 +39,7 @@ STYLES = {
     "ring": ("mpiring ring", "#1f77b4", "o"),
     "oneshot": ("mpiring one-shot", "#9467bd", "v"),
     "twoshot": ("mpiring two-shot", "#8c564b", "D"),
+    "ring-events": ("mpiring ring (events)", "#17becf", "P"),
     "auto": ("mpiring auto", "#d62728", "x"),
     "mpi": ("MPI.Allreduce", "#7f7f7f", "D"),
 }

@@ -7,8 +7,6 @@ outcomes), and only rank 0 prints and writes files.
 from __future__ import annotations
 
 import contextlib
-import math
-import statistics
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,10 +17,10 @@ from mpi4py import MPI
 
 from ..communicator import Communicator
 from ..errors import MpiringError
-from .algorithms import AUTO, BATCHED, default_sweep, reference, runnable
+from .algorithms import AUTO, default_sweep, is_batched, reference, runnable
 from .arrays import make_space
 from .cli import Options
-from .data import InputGenerator, describe_rule, point_seed, resolve_dtype
+from .data import InputGenerator, point_seed, resolve_dtype
 from .measure import (
     Outcome,
     Point,
@@ -36,6 +34,7 @@ from .report import Reporter
 from .results import Row
 from .sizes import element_counts, format_size, sweep
 from .stats import algbw, busbw
+from .summary import in_graph
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 GPU_SLACK = 1 << 30  # generation temporaries, NCCL's lazily allocated buffers, fragmentation
@@ -118,7 +117,7 @@ class Sweep:
     def points_of(self, nbytes: int, count: int) -> list[Point]:
         pts = []
         for algo in self.algos:
-            for b in (self.opts.batches if algo in BATCHED else (None,)):
+            for b in (self.opts.batches if is_batched(algo) else (None,)):
                 for place in self.opts.placements:
                     pts.append(Point(nbytes, count, self.opts.dtype, self.opts.op, algo, b,
                                      place))
@@ -350,7 +349,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
         measurer = PointMeasurer(sw.world, sw.comm, space, policy, check=opts.check,
                                  time_agreement=opts.time_agreement,
                                  mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
-                                 overlap=sw.overlap, graph=_in_graph(opts, p.algo))
+                                 overlap=sw.overlap, graph=in_graph(opts, p.algo))
         out = measurer.measure(p, bufs)
         row = _row(sw, p, out)
         row.speedup = _speedup(sw, row)
@@ -389,109 +388,3 @@ def _reason(note: str) -> str:
     """An outcome's note without its "rank N: ErrorType: " prefix."""
     parts = note.split(": ", 2)
     return parts[-1] if len(parts) == 3 and parts[0].startswith("rank ") else note
-
-
-def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
-    opts = sw.opts
-    lo, hi = sw.sizes[0][0], sw.sizes[-1][0]
-    step = (f"+{format_size(opts.stepbytes)}" if opts.stepbytes
-            else f"x{opts.stepfactor or 2:g}")
-    lines = [
-        ("ranks", f"{sw.world.size} on {meta.get('hostname')}"),
-        ("memory", sw.space.describe()),
-    ]
-    if sw.mode == "gpu":
-        names = meta.get("gpu_names") or ["?"]
-        lines.append(("gpus", ", ".join(names)))
-        versions = [f"{k} {meta[k]}" for k in ("cuda_runtime", "cuda_driver", "cupy", "nccl")
-                    if meta.get(k)]
-        lines.append(("cuda", ", ".join(versions)))
-    lines += [
-        ("mpi", f"{meta.get('mpi_library')} (mpi4py {meta.get('mpi4py')})"),
-        ("sizes", f"{format_size(lo)} .. {format_size(hi)} {step} ({len(sw.sizes)} sizes)"),
-        ("data", f"{opts.dtype} {opts.op}"),
-        ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
-                                              if sw.baseline else "")),
-        ("batches", ", ".join(str(b) for b in opts.batches)
-         + ("" if any(a in BATCHED for a in sw.algos) else " (unused)")),
-        ("placement", ", ".join(opts.placements)),
-        ("timing", _timing_line(opts)),
-        ("reported", "median time per iteration of the slowest rank; mpiring's per-call "
-                     f"agreement {'on' if opts.time_agreement else 'off'} in timed loops"),
-        ("check", _check_line(sw) if opts.check else "off (--no-check): results not verified"),
-    ]
-    if sw.overlap_line:
-        lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
-                                 "time alone (mpiring/bench/overlap.py)"))
-    return lines
-
-
-def _in_graph(opts: Options, algo: str) -> bool:
-    """Whether ``algo``'s calls are timed from a CUDA graph (the ring cannot be captured)."""
-    return opts.timing == "graph" or (opts.timing == "gpu" and algo != "ring")
-
-
-def _timing_line(opts: Options) -> str:
-    iters = (f"{opts.iters} iterations" if opts.iters
-             else f"{opts.time_budget:g} s per point (max {opts.max_iters} iterations)")
-    warm = f"{opts.warmup} warm-up" if opts.warmup is not None else "auto warm-up"
-    graph = {"eager": "", "graph": "; each repetition's calls replayed from one CUDA graph (--graph)",
-             "gpu": "; calls replayed from one CUDA graph, except the ring's (GPU time)"}[opts.timing]
-    return f"{iters}, {warm}, {opts.reps} repetitions{graph}"
-
-
-def _check_line(sw: Sweep) -> str:
-    from .data import value_rule
-
-    rule = value_rule(sw.opts.op, sw.dtype, sw.world.size)
-    return f"every element, exact; inputs are {describe_rule(rule)}"
-
-
-def summary_lines(rows: list[Row], baseline: str) -> list[str]:
-    """Per algorithm: points, failures, average and peak bus bandwidth (nccl-tests' 'Avg bus
-    bandwidth'), the largest speed-up over the baseline, and with --overlap the slowdowns."""
-    lines = []
-    keys = list(dict.fromkeys((r.algo, r.batches, r.placement) for r in rows))
-    for algo, batches, place in keys:
-        group = [r for r in rows if (r.algo, r.batches, r.placement) == (algo, batches, place)]
-        timed = [r for r in group if r.timed]
-        fails = sum(r.status == "fail" for r in group)
-        errors = sum(r.status == "error" for r in group)
-        na = sum(r.status == "inapplicable" for r in group)
-        if not timed and not fails and not errors and not na:
-            continue
-        label = f"{algo}" + (f" batches={batches}" if batches != "-" else "") + f" {place}"
-        parts = [f"{len(timed)}/{len(group)} timed"]
-        if timed:
-            bws = [r.busbw_gbs for r in timed if r.busbw_gbs is not None]
-            parts.append(f"avg busbw {sum(bws) / len(bws):.2f} GB/s")
-            peak = max(timed, key=lambda r: r.busbw_gbs or 0.0)
-            parts.append(f"peak {peak.busbw_gbs:.2f} GB/s at {format_size(peak.size_bytes)}")
-            sp = [r for r in timed if r.speedup is not None and math.isfinite(r.speedup)]
-            if sp and algo != baseline:
-                best = max(sp, key=lambda r: r.speedup)
-                parts.append(f"best {best.speedup:.2f}x vs {baseline} at "
-                             f"{format_size(best.size_bytes)}")
-            gemm = _finite(r.gemm_slowdown for r in timed)
-            if gemm:
-                parts.append(f"GEMM slowdown {_spread(gemm)}")
-            ar = _finite(r.ar_slowdown for r in timed)
-            if ar:
-                parts.append(f"allreduce slowdown {_spread(ar)}")
-        if na:
-            parts.append(f"{na} n/a")
-        if fails:
-            parts.append(f"{fails} FAILED check")
-        if errors:
-            parts.append(f"{errors} errors")
-        lines.append(f"{label}: " + ", ".join(parts))
-    return lines
-
-
-def _finite(values: Any) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
-
-
-def _spread(values: list[float]) -> str:
-    """Median and range over sizes: "median 1.04x (1.01x to 1.10x)"."""
-    return f"median {statistics.median(values):.2f}x ({min(values):.2f}x to {max(values):.2f}x)"

@@ -1,4 +1,6 @@
-"""The GPU side: device binding, fold kernels, and the per-communicator GPU context.
+"""The GPU toolkit below the transports and backends: device binding, the IPC staging and its
+layout, stream memory operations, kernels (sources in ``csrc/``), the status block and the
+watchdog. Nothing here imports ``transports``, ``backends``, ``pipeline`` or ``algorithms``.
 
 Importing this package never imports CuPy; :func:`available` says whether the GPU path can run.
 """
@@ -9,7 +11,7 @@ import functools
 
 from .resources import live_resources
 
-__all__ = ["GpuContext", "available", "live_resources"]
+__all__ = ["available", "live_resources"]
 
 
 @functools.cache
@@ -20,10 +22,3 @@ def available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # ImportError, CUDARuntimeError (no driver), ...
         return False
-
-
-def GpuContext(*args, **kwargs):  # noqa: N802 - a factory that defers the CuPy import
-    """Create the GPU context of a communicator (see :class:`mpiring.cuda.context.GpuContext`)."""
-    from .context import GpuContext as _GpuContext
-
-    return _GpuContext(*args, **kwargs)

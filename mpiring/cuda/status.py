@@ -14,35 +14,12 @@ from collections.abc import Sequence
 
 from ..errors import MpiringError, MpiringTimeoutError, PeerFailedError
 
-# Word indices of the status block, shared with the kernels' source (STATUS_SOURCE).
-STATE, KIND, PEER, SEQ, BLOCK, STEP = range(6)
-WORDS = 8
-# STATE values.
-HEALTHY, TIMED_OUT, ABORTED = 0, 1, 2
-# KIND values: the algorithm whose kernel reported.
-KINDS = {1: "ring", 2: "oneshot", 3: "twoshot"}
+# The words' layout and values: one place for the host (contract.py), mirrored by the kernels'
+# csrc/status.cuh (ST_*), which also holds report(), the device side of this block.
+from .contract import ABORTED, BLOCK, HEALTHY, KIND, KINDS, PEER, SEQ, STATE, STEP, TIMED_OUT, WORDS
 
-STATUS_SOURCE = r"""
-#define ST_STATE 0
-#define ST_KIND 1
-#define ST_PEER 2
-#define ST_SEQ 3
-#define ST_BLOCK 4
-#define ST_STEP 5
-#define ST_TIMED_OUT 1
-#define ST_ABORTED 2
-// Record a failure in the host status block (first report wins: the fields are written
-// before STATE, behind a system fence, so the host never reads a half-written report).
-__device__ __forceinline__ void report(long long* status, int state, int kind, long long peer,
-                                       unsigned long long seq, int step) {
-  volatile long long* s = (volatile long long*)status;
-  if (s[ST_STATE] != 0) return;
-  s[ST_KIND] = kind; s[ST_PEER] = peer; s[ST_SEQ] = (long long)seq;
-  s[ST_BLOCK] = blockIdx.x; s[ST_STEP] = step;
-  __threadfence_system();
-  s[ST_STATE] = state;
-}
-"""
+__all__ = ["ABORTED", "ABORT_HINT", "BLOCK", "HEALTHY", "KIND", "KINDS", "PEER", "SEQ", "STATE", "STEP",
+           "TIMED_OUT", "WORDS", "status_error"]
 
 ABORT_HINT = ("the peer may have crashed, hung or skipped the call (raise MPIRING_TIMEOUT if its work is "
               "just slow); this communicator now refuses further use")

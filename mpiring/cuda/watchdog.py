@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MpiringError, MpiringTimeoutError
-from ..pipeline import stall_error
 from ..schedule import RingPlan
+from ..stall import stall_error
 from .layout import StagingLayout
 from .memops import StreamMemOps
 from .resources import LIVE
@@ -78,7 +78,7 @@ def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> 
 class _Call:
     start: int  # event recorded on the caller's stream before the call
     end: int  # ... and after it
-    plan: RingPlan
+    plan: RingPlan | None  # None: a call of the event-signalled ring (no flags to diagnose)
     base: int  # sequence number of its first transfer
     started: float | None = None  # when the watchdog first saw it running
 
@@ -123,7 +123,7 @@ class Watchdog:
                 self._cond.wait(POLL)
             return self._free.pop()
 
-    def watch(self, events: tuple[int, int], plan: RingPlan, base: int) -> None:
+    def watch(self, events: tuple[int, int], plan: RingPlan | None, base: int) -> None:
         """Follow a ring call whose start and end events were recorded around it."""
         with self._cond:
             idle = not self._pending
@@ -202,6 +202,13 @@ class Watchdog:
     def _fire(self, call: _Call) -> None:
         """The call outlived the timeout: find the late peer from our flags, then abort."""
         rt, lay = self._rt, self.layout
+        if call.plan is None:  # the event ring: its GPU waits are on events, not on our flags
+            self.error = MpiringTimeoutError(
+                self.rank, self.timeout, "the event-signalled ring call to finish on the GPU (a "
+                "peer's copy or fold never completed)", hint=ABORT_HINT,
+            ).locate("in the ring-events algorithm", algorithm="ring-events", seq=call.base)
+            abort(self.staging, lay, self.memops, self._rescue.ptr)
+            return
         rt.memcpyAsync(self._flags.ctypes.data, self.staging.addr(self.rank, 0), self._flags.nbytes,
                        rt.memcpyDeviceToHost, self._rescue.ptr)
         # The rescue stream never waits on a flag, but may share a hardware queue with one that

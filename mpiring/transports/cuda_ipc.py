@@ -34,7 +34,7 @@ from .base import CallBuffers, RingTransport
 log = logging.getLogger(__name__)
 
 
-def _high_priority_stream(cupy):
+def high_priority_stream(cupy):
     """A stream whose kernels are scheduled before other streams' waiting blocks: beside a
     GEMM that fills every SM, a fold queued behind its blocks stalls the whole ring."""
     try:
@@ -66,7 +66,7 @@ class CudaIpcTransport(RingTransport):
         self.next_full = [staging.addr(nxt, layout.ring_full(k)) for k in range(2)]
         self.prev_free = [staging.addr(prv, layout.ring_free(k)) for k in range(2)]
         self.copy_stream = cupy.cuda.Stream(non_blocking=True)
-        self.fold_stream = _high_priority_stream(cupy)
+        self.fold_stream = high_priority_stream(cupy)
         local = rt.eventDisableTiming
         self.start_event = rt.eventCreateWithFlags(local)
         self.copy_done = rt.eventCreateWithFlags(local)

@@ -8,23 +8,31 @@ slot reuse across processes. It also serves users who allreduce host arrays.
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from ..schedule import Source
-from ..signals import FREE, FULL, PAYLOAD_ALIGN, SharedBoard, Waiter
+from ..signals import FREE, FULL, PAYLOAD_ALIGN, SharedBoard
+from ..timeouts import TimeoutPolicy
 from .base import CallBuffers, RingTransport
 
 
-class HostTransport(RingTransport):
-    """Two receive slots of ``slot_bytes`` per rank in an MPI shared-memory window."""
+def slot_bytes_for(asked: int) -> int:
+    """The slot size used for ``asked`` bytes: whole pages, at least one."""
+    return asked - asked % PAYLOAD_ALIGN or PAYLOAD_ALIGN
 
-    def __init__(self, node_comm: MPI.Intracomm, slot_bytes: int, timeout: float) -> None:
-        self.rank, self.size = node_comm.rank, node_comm.size
-        self.slot_bytes = slot_bytes - slot_bytes % PAYLOAD_ALIGN or PAYLOAD_ALIGN
-        self.board = SharedBoard(node_comm, payload_bytes=2 * self.slot_bytes, timeout=timeout)
+
+class HostTransport(RingTransport):
+    """Two receive slots of ``slot_bytes`` per rank in the payload of a shared-memory board
+    (borrowed: the communicator owns and closes it), of at least ``2 * slot_bytes``."""
+
+    def __init__(self, board: SharedBoard, slot_bytes: int, timeouts: TimeoutPolicy) -> None:
+        self.rank, self.size = board.rank, board.size
+        self.slot_bytes = slot_bytes_for(slot_bytes)
+        if board.payload_bytes < 2 * self.slot_bytes:
+            raise ValueError("the board's payload cannot hold two slots")
+        self.board = board
         self.next = (self.rank + 1) % self.size
         self.prev = (self.rank - 1) % self.size
-        self.waiter = Waiter(timeout, self.rank)
+        self.waiter = timeouts.waiter(self.rank)
         self._views: dict[np.dtype, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self._call: CallBuffers | None = None
 
@@ -84,8 +92,7 @@ class HostTransport(RingTransport):
         np.copyto(self._call.recv, self._call.send)
 
     def close(self, abandon: bool = False) -> None:
-        """Collective, bounded by the timeout; ``abandon`` after a failure: see :meth:`SharedBoard.close`."""
+        """Drop the views of the board (its owner closes it) and what a failed call left bound."""
         self._views.clear()
         self._own = self._peer = None
-        self._call = self._input = None  # drop the caller's arrays a failed call left bound
-        self.board.close(abandon)
+        self._call = self._input = None

@@ -19,14 +19,14 @@ from gpu_helpers import (
     reference,
     span_for,
 )
+from matrix import GPU_ALGORITHMS as ALGOS  # noqa: E402 - every GPU row of the table, and auto
+from matrix import GPU_DTYPES as DTYPES  # noqa: E402
+from matrix import OPS  # noqa: E402
 from mpi4py import MPI
 
 import mpiring
 
-ALGOS = ["ring", "oneshot", "twoshot", "auto", "nccl", "nccl-ring"]
 ONESHOT_LIMIT = 1 << 20  # bytes: the one-shot limit on up to 4 ranks (a 4 MiB slot / ranks)
-DTYPES = ["float16", "float32", "float64", "int32", "int64"]
-OPS = list(mpiring.Op)
 RANK = WORLD.rank
 
 
@@ -93,7 +93,7 @@ def test_sizes_up_to_one_gib(comm, algo):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("batches", range(1, 9))
-@pytest.mark.parametrize("algo", ["ring", "nccl-ring"])
+@pytest.mark.parametrize("algo", ["ring", "ring-events", "nccl-ring"])
 def test_every_batch_count(comm, small_slots, algo, batches):
     n = WORLD.size
     errors = []
@@ -141,8 +141,8 @@ def test_thousand_back_to_back_calls():
             roll = call % 10
             count = int(rng.integers(0, 64)) if roll == 0 else int(
                 rng.integers(0, 1 << 18) if roll < 5 else rng.integers(0, 3 << 20))
-            algo = str(rng.choice(["ring", "ring", "oneshot", "twoshot", "twoshot", "auto", "nccl",
-                                   "nccl-ring"]))
+            algo = str(rng.choice(["ring", "ring", "ring-events", "oneshot", "twoshot", "twoshot",
+                                   "auto", "nccl", "nccl-ring"]))
             count = fit(algo, count, np.float32)
             batches = None if rng.random() < 0.3 else int(rng.integers(1, 9))
             stream = streams[int(rng.integers(0, len(streams)))]

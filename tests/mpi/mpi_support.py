@@ -13,16 +13,15 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from matrix import HOST_DTYPES, OPS, PLACEMENTS  # noqa: F401 - OPS: re-exported for the tests
 from mpi4py import MPI
 
 from mpiring.ops import Op, is_integer, tolerance
 
 world = MPI.COMM_WORLD
 BF16 = np.dtype(ml_dtypes.bfloat16)
-DTYPES = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64),
-          np.dtype(np.int32), np.dtype(np.int64), BF16]
-OPS = list(Op)
-MODES = ["out", "in_place", "none", "same", "new"]
+DTYPES = HOST_DTYPES  # the shared matrix (tests/matrix.py), read from mpiring's own tables
+MODES = PLACEMENTS
 
 
 def all_ok(failures: list[str], comm: MPI.Intracomm = world) -> None:

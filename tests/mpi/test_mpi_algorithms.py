@@ -8,7 +8,8 @@ import pytest
 from mpi4py import MPI
 
 import mpiring
-from mpiring.communicator import CUDA_ALGORITHMS, HOST_ALGORITHMS
+from mpiring import algorithms
+from mpiring.buffers import Memory
 
 
 @pytest.mark.mpi
@@ -22,7 +23,8 @@ def test_auto_is_the_default_and_runs_the_ring_on_host_arrays(default_comm) -> N
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("algo", sorted(set(CUDA_ALGORITHMS) - set(HOST_ALGORITHMS)))
+@pytest.mark.parametrize("algo", sorted(set(algorithms.names(Memory.CUDA, with_auto=False))
+                                         - set(algorithms.names(Memory.HOST))))
 def test_gpu_algorithms_are_refused_for_host_arrays(default_comm, algo: str) -> None:
     x = np.ones(100, dtype=np.float32)
     with pytest.raises(mpiring.InvalidArgumentError, match="host arrays"):
@@ -36,15 +38,25 @@ def test_gpu_algorithms_are_refused_for_host_arrays(default_comm, algo: str) -> 
 def test_mpiring_algo_overrides_auto(monkeypatch) -> None:
     monkeypatch.setenv("MPIRING_ALGO", "mpi")
     with mpiring.Communicator(MPI.COMM_WORLD, gpu=False) as comm:
-        assert comm.resolve(1000, np.float32) == "ring"  # host arrays: auto means the ring
-        x = np.ones(10, dtype=np.float32)
-        np.testing.assert_array_equal(comm.allreduce(x, algorithm="mpi"), comm.size)
+        assert comm.resolve(1000, np.float32) == "mpi"  # replaces auto's choice (README)
+        assert comm.resolve(1000, np.float32, "ring") == "ring"  # a named algorithm stays
+        x = np.arange(10, dtype=np.float32)
+        np.testing.assert_array_equal(comm.allreduce(x), x * comm.size)
+
+
+@pytest.mark.mpi
+def test_mpiring_algo_for_the_other_memory_leaves_auto_alone(monkeypatch) -> None:
+    monkeypatch.setenv("MPIRING_ALGO", "oneshot")  # GPU only: host arrays keep auto's choice
+    with mpiring.Communicator(MPI.COMM_WORLD, gpu=False) as comm:
+        assert comm.resolve(1000, np.float32) == "ring"
+        np.testing.assert_array_equal(comm.allreduce(np.ones(4)), comm.size)
 
 
 @pytest.mark.mpi
 def test_bad_mpiring_algo_is_refused_at_creation(monkeypatch) -> None:
     monkeypatch.setenv("MPIRING_ALGO", "fastest")
-    with pytest.raises(mpiring.InvalidArgumentError, match="unknown algorithm"):
+    with pytest.raises(mpiring.InvalidArgumentError, match="unknown algorithm 'fastest' .from the "
+                       "environment variable MPIRING_ALGO"):
         mpiring.Communicator(MPI.COMM_WORLD, gpu=False)
 
 

@@ -124,8 +124,11 @@ def test_eight_communicators_at_once(world: MPI.Intracomm) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"timeout": 0}, "timeout must be positive, got 0"),
-        ({"timeout": -1.5}, "timeout must be positive, got -1.5"),
+        ({"timeout": 0}, "timeout must be a finite, positive number of seconds, got 0"),
+        ({"timeout": -1.5}, "timeout must be a finite, positive number of seconds, got -1.5"),
+        ({"timeout": float("nan")}, "timeout must be a finite, positive number of seconds, got nan"),
+        ({"timeout": float("inf")}, "timeout must be a finite, positive number of seconds, got inf"),
+        ({"timeout": "soon"}, "timeout must be a number of seconds, got 'soon'"),
         ({"algorithm": "tree"}, "unknown algorithm 'tree'"),
         ({"batches": 0}, "batches must be a positive integer or None, got 0"),
         ({"batches": 2.5}, "batches must be a positive integer or None, got 2.5"),
@@ -187,9 +190,9 @@ def test_without_agreement_check(world: MPI.Intracomm) -> None:
 def test_default_batches_option(world: MPI.Intracomm) -> None:
     """Communicator(batches=k) applies to every call that does not ask for its own."""
     with mpiring.Communicator(world, gpu=False, batches=3, timeout=60) as comm:
-        before = comm._host.next_seq
+        before = comm._host.pipeline.next_seq
         problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 9000, "out", seed=8, label="batches=3")
-        used = comm._host.next_seq - before
+        used = comm._host.pipeline.next_seq - before
         if used != 2 * (comm.size - 1) * 3:
             problems.append(f"{used} transfers, expected {2 * (comm.size - 1) * 3}")
     all_ok(problems)
@@ -280,7 +283,7 @@ def test_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> None:
     victim = (skip + 1) % size  # the rank whose previous neighbour never sends
     comm = new_comm(world, check=False, timeout=0.5, batches=1)
     problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 1000, "out", seed=3, label="warm-up")
-    base = comm._host.next_seq
+    base = comm._host.pipeline.next_seq
     if me == skip:
         problems += late_close(comm, 1.5)
     else:

@@ -118,7 +118,7 @@ def test_stress(world: MPI.Intracomm) -> None:
             labels.append(label)
             if i % 100 == 99 and world.allreduce(len(problems) > 30, op=MPI.LOR):
                 break  # together: a rank that stopped alone would leave the others waiting
-        seqs = world.allgather(comm._host.next_seq)
+        seqs = world.allgather(comm._host.pipeline.next_seq)
     if len(set(seqs)) != 1:
         problems.append(f"ranks ended at different sequence numbers: {seqs}")
     everyone = world.allgather(crcs)

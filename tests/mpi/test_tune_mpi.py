@@ -1,5 +1,5 @@
-"""python -m mpiring.tune on real ranks (host transport): the table file is written once, by
-rank 0, parses with mpiring.tuning.load, and --merge keeps other rank counts' tables.
+"""python -m mpiring.bench.tune on real ranks (host transport): the table file is written once, by
+rank 0, parses with mpiring.algorithms.auto.load, and --merge keeps other rank counts' tables.
 
 Run:  mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_tune_mpi.py
 """
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from mpiring import tune, tuning
+from mpiring.algorithms import auto as tuning
+from mpiring.bench import tune
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

@@ -1,14 +1,14 @@
-"""``python -m mpiring.tune``: measure what ``algorithm="auto"`` may pick, on this machine, and
+"""``python -m mpiring.bench.tune``: measure what ``algorithm="auto"`` may pick, on this machine, and
 write the tuning table it reads.
 
-    mpirun -n 4 python -m mpiring.tune                          # writes mpiring-tuning-4.json
-    mpirun -n 2 python -m mpiring.tune --merge mpiring-tuning-4.json   # adds the 2-rank table
+    mpirun -n 4 python -m mpiring.bench.tune                          # writes mpiring-tuning-4.json
+    mpirun -n 2 python -m mpiring.bench.tune --merge mpiring-tuning-4.json   # adds the 2-rank table
     MPIRING_TUNING_FILE=$PWD/mpiring-tuning-4.json python train.py
 
-Every candidate of :data:`mpiring.tuning.AUTO_CANDIDATES` that can run here is measured at
+Every candidate of :func:`mpiring.algorithms.auto_candidates` that can run here is measured at
 every size by the benchmark's own code (each point checked element by element, then timed;
 float32 sum; the median of the slowest rank), and at each size the fastest wins
-(:func:`mpiring.tuning.from_timings`). Candidates are compared by GPU time: their calls are
+(:func:`mpiring.algorithms.auto.from_timings`). Candidates are compared by GPU time: their calls are
 replayed from a CUDA graph, except the ring's, which cannot be captured and runs eagerly
 (it wins only at sizes where its GPU time dwarfs its host work). Eager small calls are all
 bound by Python's launch overhead, so timing them eagerly would pick by noise. A candidate
@@ -35,17 +35,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .bench.cli import Options as BenchOptions
-from .bench.cli import RankZeroParser, int_at_least, positive_float, size_arg
-from .bench.cli import parse_args as bench_defaults
-from .bench.sizes import GPU_DEFAULT, HOST_DEFAULT, format_size
-from .errors import InvalidArgumentError
-from .tuning import AUTO_CANDIDATES, Entry, TuningTable, from_timings, load, to_json
+from ..algorithms import auto_candidates
+from ..algorithms.auto import Entry, TuningTable, from_timings, load, to_json
+from ..errors import InvalidArgumentError
+from .cli import Options as BenchOptions
+from .cli import RankZeroParser, int_at_least, positive_float, size_arg
+from .cli import parse_args as bench_defaults
+from .sizes import GPU_DEFAULT, HOST_DEFAULT, format_size
 
 DTYPE, OP = "float32", "sum"
 
 DESCRIPTION = f"""\
-Measure the candidates of algorithm="auto" ({', '.join(AUTO_CANDIDATES)}) at every message
+Measure the candidates of algorithm="auto" ({', '.join(auto_candidates())}) at every message
 size, one rank per GPU, and write the table auto reads: at each size the fastest (median of
 the slowest rank, float32 sum, every point checked before it is timed). Use the file with
 MPIRING_TUNING_FILE=<file>. On the host transport (no GPU, or --host) the only candidate is
@@ -54,9 +55,9 @@ ring: the table is all ring, for testing this command.
 
 EPILOG = """\
 examples (Open MPI; one rank per GPU):
-  mpirun -n 4 python -m mpiring.tune
-  mpirun -n 2 python -m mpiring.tune --merge mpiring-tuning-4.json -o mpiring-tuning.json
-  mpirun -n 4 python -m mpiring.tune -b 64K -e 1G -f 4 --output /tmp/t.json
+  mpirun -n 4 python -m mpiring.bench.tune
+  mpirun -n 2 python -m mpiring.bench.tune --merge mpiring-tuning-4.json -o mpiring-tuning.json
+  mpirun -n 4 python -m mpiring.bench.tune -b 64K -e 1G -f 4 --output /tmp/t.json
 
 exit status: 0 table written, 1 a correctness check failed (nothing written), 2 some
 points raised errors (table written from the rest), 3 the run could not go on.
@@ -76,7 +77,7 @@ class TuneOptions:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = RankZeroParser(prog="python -m mpiring.tune", description=DESCRIPTION,
+    p = RankZeroParser(prog="python -m mpiring.bench.tune", description=DESCRIPTION,
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-b", "--minbytes", type=size_arg, metavar="SIZE",
                    help=f"smallest message (default {GPU_DEFAULT[0]})")
@@ -119,7 +120,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TuneOptions:
     if ns.minbytes is not None and ns.maxbytes is not None and ns.maxbytes < ns.minbytes:
         parser.error("-e/--maxbytes is below -b/--minbytes")
     bench = replace(bench_defaults([]), minbytes=ns.minbytes, maxbytes=ns.maxbytes,
-                    stepfactor=ns.stepfactor, algos=AUTO_CANDIDATES, batches=("auto",),
+                    stepfactor=ns.stepfactor, algos=auto_candidates(), batches=("auto",),
                     dtype=DTYPE, op=OP, placements=("out",), check=True, host=ns.host,
                     plot=False, time_budget=ns.time_budget, reps=ns.reps, timeout=ns.timeout,
                     progress=ns.progress, argv=tuple(args), timing="eager" if ns.host else "gpu")
@@ -128,15 +129,15 @@ def parse_args(argv: Sequence[str] | None = None) -> TuneOptions:
 
 def candidates(gpu: bool) -> tuple[str, ...]:
     """Auto's candidates that can reduce GPU (or host) arrays."""
-    from .bench.algorithms import runnable
+    from .algorithms import runnable
 
-    return tuple(a for a in AUTO_CANDIDATES if a in runnable(gpu))
+    return tuple(a for a in auto_candidates() if a in runnable(gpu))
 
 
 def timings(rows: Sequence[Any], nranks: int) -> list[tuple[int, int, str, float]]:
     """``(ranks, bytes, algorithm, seconds)`` of every timed candidate point (bench rows)."""
     return [(nranks, r.size_bytes, r.algo, r.time_us * 1e-6) for r in rows
-            if r.timed and r.algo in AUTO_CANDIDATES]
+            if r.timed and r.algo in auto_candidates()]
 
 
 def merge_problem(base: TuningTable | None, mode: str) -> str:
@@ -223,14 +224,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
 
-    from .bench import runner
+    from . import runner
 
-    return runner.run_on_world("mpiring.tune", opts.bench.progress,
+    return runner.run_on_world("mpiring.bench.tune", opts.bench.progress,
                                lambda world, reporter: _run(opts, world, reporter))
 
 
 def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
-    from .bench import metadata, runner
+    from . import metadata, runner, summary
 
     problem, base = destination_problem(opts, world.size) if world.rank == 0 else ("", None)
     problem, base = world.bcast((problem, base), root=0)
@@ -242,18 +243,18 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
         sw.comm.close()
         raise runner.BenchError(problem)
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(), settings={},
-                            argv=list(opts.bench.argv), prog="mpiring.tune")
+                            argv=list(opts.bench.argv), prog="mpiring.bench.tune")
     note = ("" if sw.mode == "gpu" else "host transport: 'ring' is auto's only candidate here, "
             "so the table is all ring (for testing this command)")
-    reporter.banner("mpiring tuning: auto's candidates", runner.banner_lines(sw, meta), note)
+    reporter.banner("mpiring tuning: auto's candidates", summary.banner_lines(sw, meta), note)
     rows = runner.run_sweep(sw)
     sw.comm.close()
-    for line in runner.summary_lines(rows, sw.baseline):
+    for line in summary.summary_lines(rows, sw.baseline):
         reporter.print(f"# {line}")
 
     status = runner.exit_status(rows)
     if status == 1:
-        reporter.error("mpiring.tune: a correctness check FAILED (rows marked FAIL): no table "
+        reporter.error("mpiring.bench.tune: a correctness check FAILED (rows marked FAIL): no table "
                        "written; fix the algorithm before tuning")
         return 1
     times = timings(rows, world.size)
@@ -266,14 +267,14 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
     table = make_table(times, world.size, run, base)
     _write_and_show(opts.destination(world.size), table, world, reporter)
     if status == 2:
-        reporter.error("mpiring.tune: some points raised errors (rows marked ERROR); the table "
+        reporter.error("mpiring.bench.tune: some points raised errors (rows marked ERROR); the table "
                        "was built from the others")
     return status
 
 
 def _write_and_show(path: Path, table: TuningTable, world: Any, reporter: Any) -> None:
     """Collective: rank 0 writes the file and prints this rank count's table."""
-    from .bench.runner import BenchError
+    from .runner import BenchError
 
     problem = ""
     if world.rank == 0:

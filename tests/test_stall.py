@@ -1,4 +1,4 @@
-"""Where a GPU ring call is stuck, from its flags: ``pipeline.ring_stall`` and ``stall_error``.
+"""Where a GPU ring call is stuck, from its flags: ``stall.ring_stall`` and ``stall_error``.
 
 The watchdog reads this rank's two FULL flags (written by the previous rank after each copy into
 our slot) and two FREE flags (written by the next rank after each fold of its slot) and asks
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpiring.errors import MpiringTimeoutError
-from mpiring.pipeline import rank_script, ring_stall, stall_error
-from mpiring.schedule import FIRST_SEQ, RingPlan, Transfer
+from mpiring.schedule import FIRST_SEQ, RingPlan, Transfer, rank_script
+from mpiring.stall import ring_stall, stall_error
 
 HINT = "the hint of the watchdog"
 

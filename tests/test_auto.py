@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring import tuning
+from mpiring.algorithms import auto as tuning
+from mpiring.algorithms import auto_candidates
 from mpiring.errors import InvalidArgumentError
 
 
@@ -59,7 +60,7 @@ def test_shipped_table_loads_and_covers_two_and_four_ranks() -> None:
     for world in (2, 4):
         assert t.tables[world][-1][0] is None
         for nbytes in (1 << 10, 1 << 20, 1 << 30, 8 << 30):
-            assert t.choose(world, nbytes) in tuning.AUTO_CANDIDATES
+            assert t.choose(world, nbytes) in auto_candidates()
 
 
 def test_load_from_the_environment(tmp_path, monkeypatch) -> None:
@@ -88,7 +89,7 @@ def test_from_timings_picks_the_fastest_and_merges_runs() -> None:
     assert tuning.from_timings(times) == {4: ((2048, "oneshot"), (4096, "twoshot"), (None, "ring"))}
 
 
-@given(st.lists(st.tuples(st.integers(1, 1 << 33), st.sampled_from(tuning.AUTO_CANDIDATES),
+@given(st.lists(st.tuples(st.integers(1, 1 << 33), st.sampled_from(auto_candidates()),
                           st.floats(1e-7, 1.0)), min_size=1, max_size=60))
 def test_from_timings_agrees_with_the_fastest_at_every_measured_size(points) -> None:
     tables = tuning.from_timings([(4, n, a, t) for n, a, t in points])

@@ -1,6 +1,6 @@
-"""Which algorithm ``algorithm="auto"`` runs, by rank count and message size.
+"""What ``algorithm="auto"`` runs, by rank count and message size: its tuning table.
 
-The choice comes from a tuning table measured on the machine (``python -m mpiring.tune``
+The choice comes from a tuning table measured on the machine (``python -m mpiring.bench.tune``
 writes one); a table for the reference machine (4 and 2 H200s on NVLink) ships with the
 package. ``MPIRING_TUNING_FILE`` points at another table. Rank counts the table does not
 cover use the built-in rule below. Everything here is pure: no MPI, no GPU.
@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 FORMAT = 1
-# Algorithms auto may pick: mpiring's three GPU algorithms and NCCL's allreduce.
-AUTO_CANDIDATES = ("oneshot", "twoshot", "ring", "nccl")
 SHIPPED = "tuning-h200.json"
 
 Entry = tuple[int | None, str]
@@ -51,6 +49,13 @@ class TuningTable:
             if max_bytes is None or nbytes <= max_bytes:
                 return algo
         return entries[-1][1]
+
+
+def _candidates() -> tuple[str, ...]:
+    """The rows auto may pick on GPUs (the table's ``auto`` column)."""
+    from . import auto_candidates  # the table imports nothing from here: no cycle at run time
+
+    return auto_candidates()
 
 
 def builtin_choice(world_size: int, nbytes: int) -> str:
@@ -82,9 +87,9 @@ def parse(data: dict, source: str = "tuning table") -> TuningTable:
                 raise InvalidArgumentError(f"{source}: entry {row!r} for {world} ranks is not "
                                            "[max_bytes, algorithm]")
             max_bytes, algo = row
-            if algo not in AUTO_CANDIDATES:
+            if algo not in _candidates():
                 raise InvalidArgumentError(f"{source}: unknown algorithm {algo!r} for {world} ranks "
-                                           f"(choose from {', '.join(AUTO_CANDIDATES)})")
+                                           f"(choose from {', '.join(_candidates())})")
             if max_bytes is not None:
                 if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= last:
                     raise InvalidArgumentError(f"{source}: sizes for {world} ranks must be increasing "
@@ -133,7 +138,7 @@ def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, tupl
     winner merge, and the largest size's winner covers everything beyond."""
     best: dict[int, dict[int, tuple[float, str]]] = {}
     for world, nbytes, algo, seconds in times:
-        if algo not in AUTO_CANDIDATES:
+        if algo not in _candidates():
             raise InvalidArgumentError(f"cannot tune with algorithm {algo!r}")
         sizes = best.setdefault(int(world), {})
         if nbytes not in sizes or seconds < sizes[nbytes][0]:

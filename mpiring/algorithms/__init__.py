@@ -1,0 +1,110 @@
+"""The algorithm table: every allreduce mpiring can run, one :class:`Algorithm` row each.
+
+    ring         both   the copy-engine ring (ring.py)
+    ring-events  GPU    the same ring signalled by interprocess events (ring_events.py)
+    oneshot      GPU    one-kernel, latency (direct.py)
+    twoshot      GPU    one-kernel, bandwidth (direct.py)
+    nccl         GPU    ncclAllReduce (nccl.py)
+    nccl-ring    GPU    send/recv ring baseline (nccl.py)
+    mpi          host   MPI.Allreduce (mpi.py)
+
+plus ``auto``, which is no row: it picks a row per message size (:mod:`.auto`). Everything
+that lists, codes, checks or dispatches algorithms reads this table through the functions
+below; :func:`register` adds a row at run time (every rank must register the same rows).
+"""
+
+from __future__ import annotations
+
+from ..buffers import Memory
+from ..errors import InvalidArgumentError
+from . import direct, mpi, nccl, ring, ring_events
+from .base import BOTH, GPU, HOST, Algorithm, Call
+
+AUTO = "auto"
+
+_TABLE: dict[str, Algorithm] = {}
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add a row (every rank, before creating communicators that use it). Names and wire codes
+    must be new."""
+    if algorithm.name in _TABLE or algorithm.name == AUTO:
+        raise ValueError(f"an algorithm named {algorithm.name!r} exists already")
+    if any(a.code == algorithm.code for a in _TABLE.values()):
+        raise ValueError(f"wire code {algorithm.code} of {algorithm.name!r} is taken")
+    _TABLE[algorithm.name] = algorithm
+    return algorithm
+
+
+def unregister(name: str) -> None:
+    """Remove a row added by :func:`register` (tests)."""
+    _TABLE.pop(name, None)
+
+
+for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, nccl.NCCL, nccl.NCCL_RING,
+             mpi.ROW):
+    register(_row)
+
+
+def rows() -> tuple[Algorithm, ...]:
+    """Every row, in table order."""
+    return tuple(_TABLE.values())
+
+
+def names(memory: Memory | None = None, *, with_auto: bool = True) -> tuple[str, ...]:
+    """Every name users may pass (``auto`` last), or those serving ``memory``."""
+    out = tuple(a.name for a in _TABLE.values() if memory is None or a.serves(memory))
+    return out + ((AUTO,) if with_auto else ())
+
+
+def get(name: str, *, source: str = "") -> Algorithm:
+    """The row called ``name``; ``source`` names where the name came from, in the error."""
+    try:
+        return _TABLE[name]
+    except KeyError:
+        where = f" (from {source})" if source else ""
+        raise InvalidArgumentError(
+            f"unknown algorithm {name!r}{where}: choose one of {', '.join(names())}") from None
+
+
+def check_name(name: object, *, source: str = "") -> str:
+    """``name`` lower-cased if it is a row's name or ``auto``; raise naming the choices otherwise."""
+    text = str(name).lower()
+    if text != AUTO:
+        get(text, source=source)
+    return text
+
+
+def by_code(code: int) -> Algorithm | None:
+    return next((a for a in _TABLE.values() if a.code == code), None)
+
+
+def name_of_code(code: int) -> str:
+    """The name behind a wire code (for error messages)."""
+    row = by_code(code)
+    return row.name if row is not None else f"algorithm code {code}"
+
+
+def auto_candidates(memory: Memory = Memory.CUDA) -> tuple[str, ...]:
+    """What ``auto`` may pick for ``memory``, in table order."""
+    return tuple(a.name for a in _TABLE.values() if a.auto and a.serves(memory))
+
+
+AUTO_SUMMARY = ("picks per message size from a tuning table measured on the machine (rows marked "
+                "auto; see below)")
+
+
+def markdown_table() -> str:
+    """The README's table of algorithms, rendered from the rows (a test keeps them in step)."""
+    lines = ["| `algorithm=` | memory | what | best for | batched | CUDA graph | auto picks it |",
+             "| --- | --- | --- | --- | --- | --- | --- |",
+             f"| `{AUTO}` (default) | GPU and host | {AUTO_SUMMARY} | everything | | | |"]
+    for a in _TABLE.values():
+        graph = "yes" if a.graph_capturable else ("no" if a.serves(Memory.CUDA) else "")
+        lines.append(f"| `{a.name}` | {a.describe_memory()} | {a.summary} | {a.best_for} | "
+                     f"{'yes' if a.batched else ''} | {graph} | {'yes' if a.auto else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "auto_candidates", "by_code", "check_name",
+           "get", "markdown_table", "name_of_code", "names", "register", "rows", "unregister"]

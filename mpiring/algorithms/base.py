@@ -1,0 +1,113 @@
+"""What an algorithm is: one record (:class:`Algorithm`) in the table of ``mpiring.algorithms``.
+
+An algorithm module defines a ``run(backend, call)`` and one ``ROW``; the table lists the rows.
+Everything else — dispatch, ``auto``'s candidates, the agreement check's codes, the bench's
+``--algo`` choices, the tuner, the README's table — reads the rows, so adding an algorithm is
+one module plus one row (or :func:`mpiring.algorithms.register` at run time).
+
+Reference semantics of every row's ``run``, as plain code (what each rank's ``recv`` holds
+afterwards, whatever the algorithm)::
+
+    recv[:] = functools.reduce(op.ufunc, [send_of_rank(r) for r in range(size)])
+    # send is recv itself when call.send is None (in place)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..buffers import Buffer, Memory
+from ..ops import Op
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+
+@dataclass(frozen=True)
+class Call:
+    """One allreduce as an algorithm receives it: checked, agreed on by every rank."""
+
+    send: Buffer | None  # None: in place (the input is recv)
+    recv: Buffer
+    op: Op
+    batches: int | None  # mini-batches asked for (batched algorithms), None: their default
+
+    @property
+    def source(self) -> Buffer:
+        """The input: ``send``, or ``recv`` when in place."""
+        return self.recv if self.send is None else self.send
+
+
+Run = Callable[["Backend", Call], None]
+# Size limit in bytes for one call on this backend (None: no limit).
+Limit = Callable[["Backend"], "int | None"]
+# Mini-batches a call of (count, dtype, asked) runs with, on this backend.
+Batches = Callable[["Backend", int, np.dtype, "int | None"], int]
+# Extra argument checks of one algorithm: raise InvalidArgumentError naming the problem.
+Check = Callable[["Backend", Call], None]
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """One row of the algorithm table.
+
+    Attributes:
+        name: what users pass as ``algorithm=`` (and ``--algo`` in the bench).
+        code: its wire code in the agreement check: unique, never reused, never 0.
+        memory: the kinds of memory it reduces (host arrays, GPU arrays, or both).
+        run: ``run(backend, call)``: enqueue (GPU) or do (host) the allreduce.
+        summary: one line for the README's table: what it does.
+        best_for: one line for the README's table: when to use it.
+        batches: for algorithms that cut calls into mini-batches, the rule of how many.
+        graph_capturable: whether its GPU calls may be captured into a CUDA graph.
+        limit: the largest message it takes on a backend, in bytes (None: no limit).
+        check: further checks of a call's arguments (e.g. a dtype it cannot reduce).
+        auto: whether ``algorithm="auto"`` may pick it (a tuning-table candidate).
+        baseline: not mpiring's own algorithm (NCCL, MPI): the bench measures it for reference.
+    """
+
+    name: str
+    code: int
+    memory: frozenset[Memory]
+    run: Run
+    summary: str
+    best_for: str
+    batches: Batches | None = None
+    graph_capturable: bool = False
+    limit: Limit | None = None
+    check: Check | None = None
+    auto: bool = False
+    baseline: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or self.name != self.name.lower() or self.name == "auto":
+            raise ValueError(f"algorithm name {self.name!r} must be lower case and not 'auto'")
+        if not 0 < self.code < 1 << 31:
+            raise ValueError(f"algorithm {self.name!r}: wire code {self.code} must be positive")
+        if not self.memory:
+            raise ValueError(f"algorithm {self.name!r} serves no kind of memory")
+
+    @property
+    def batched(self) -> bool:
+        return self.batches is not None
+
+    def serves(self, memory: Memory) -> bool:
+        return memory in self.memory
+
+    def max_bytes(self, backend: Backend) -> int | None:
+        return None if self.limit is None else self.limit(backend)
+
+    def describe_memory(self) -> str:
+        return " and ".join({Memory.CUDA: "GPU", Memory.HOST: "host"}[m] for m in sorted(self.memory,
+                                                                                      reverse=True))
+
+
+HOST = frozenset({Memory.HOST})
+GPU = frozenset({Memory.CUDA})
+BOTH = frozenset({Memory.HOST, Memory.CUDA})
+
+

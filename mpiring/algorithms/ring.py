@@ -1,0 +1,36 @@
+"""``ring``: the double-buffered asynchronous ring (the AsyncAllReduce design).
+
+Reduce-scatter then all-gather, ``2(n-1)`` steps, each moving one chunk per mini-batch into
+the next rank's receive slot, two slots alternating. On GPUs the copies run on copy engines
+and every wait and signal is a stream memory operation on a flag in the IPC staging (the GPU
+signals itself; the host only enqueues). On the host the same pipeline runs over node shared
+memory. The schedule is :mod:`mpiring.schedule`, the protocol :mod:`mpiring.pipeline`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .base import BOTH, Algorithm, Call
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+
+def run(backend: Backend, call: Call) -> None:
+    backend.run_ring(call)
+
+
+def batches(backend: Backend, count: int, dtype: np.dtype, asked: int | None) -> int:
+    return backend.ring_batches(count, dtype, asked)
+
+
+ROW = Algorithm(
+    "ring", 1, BOTH, run,
+    summary="the double-buffered asynchronous ring on copy engines (AsyncAllReduce); GPU-signalled "
+            "(stream memory operations on flags)",
+    best_for="large messages, and overlap with compute",
+    batches=batches, auto=True,
+)

@@ -1,0 +1,131 @@
+"""The text around a sweep: the banner's lines (what runs, where, how it is timed and checked)
+and the closing summary per algorithm (nccl-tests' "Avg bus bandwidth", best speed-up,
+slowdowns beside a GEMM). Pure formatting of a :class:`~mpiring.bench.runner.Sweep`'s options
+and its rows."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING, Any
+
+from .. import algorithms
+from .algorithms import AUTO, is_batched
+from .cli import Options
+from .data import describe_rule
+from .results import Row
+from .sizes import format_size
+
+if TYPE_CHECKING:
+    from .runner import Sweep
+
+
+def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
+    opts = sw.opts
+    lo, hi = sw.sizes[0][0], sw.sizes[-1][0]
+    step = (f"+{format_size(opts.stepbytes)}" if opts.stepbytes
+            else f"x{opts.stepfactor or 2:g}")
+    lines = [
+        ("ranks", f"{sw.world.size} on {meta.get('hostname')}"),
+        ("memory", sw.space.describe()),
+    ]
+    if sw.mode == "gpu":
+        names = meta.get("gpu_names") or ["?"]
+        lines.append(("gpus", ", ".join(names)))
+        versions = [f"{k} {meta[k]}" for k in ("cuda_runtime", "cuda_driver", "cupy", "nccl")
+                    if meta.get(k)]
+        lines.append(("cuda", ", ".join(versions)))
+    lines += [
+        ("mpi", f"{meta.get('mpi_library')} (mpi4py {meta.get('mpi4py')})"),
+        ("sizes", f"{format_size(lo)} .. {format_size(hi)} {step} ({len(sw.sizes)} sizes)"),
+        ("data", f"{opts.dtype} {opts.op}"),
+        ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
+                                              if sw.baseline else "")),
+        ("batches", ", ".join(str(b) for b in opts.batches)
+         + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
+        ("placement", ", ".join(opts.placements)),
+        ("timing", _timing_line(opts)),
+        ("reported", "median time per iteration of the slowest rank; mpiring's per-call "
+                     f"agreement {'on' if opts.time_agreement else 'off'} in timed loops"),
+        ("check", _check_line(sw) if opts.check else "off (--no-check): results not verified"),
+    ]
+    if sw.overlap_line:
+        lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
+                                 "time alone (mpiring/bench/overlap.py)"))
+    return lines
+
+
+def in_graph(opts: Options, algo: str) -> bool:
+    """Whether ``algo``'s calls are timed from a CUDA graph: with --graph always (rows that
+    cannot be captured are n/a there); with --gpu-time every row the table marks capturable
+    (``auto`` too: it never picks an uncapturable row while capturing)."""
+    capturable = algo == AUTO or algorithms.get(algo).graph_capturable
+    return opts.timing == "graph" or (opts.timing == "gpu" and capturable)
+
+
+def _timing_line(opts: Options) -> str:
+    iters = (f"{opts.iters} iterations" if opts.iters
+             else f"{opts.time_budget:g} s per point (max {opts.max_iters} iterations)")
+    warm = f"{opts.warmup} warm-up" if opts.warmup is not None else "auto warm-up"
+    graph = {"eager": "",
+             "graph": "; each repetition's calls replayed from one CUDA graph (--graph)",
+             "gpu": "; calls replayed from one CUDA graph where the row can be captured (GPU time)",
+             }[opts.timing]
+    return f"{iters}, {warm}, {opts.reps} repetitions{graph}"
+
+
+def _check_line(sw: Sweep) -> str:
+    from .data import value_rule
+
+    rule = value_rule(sw.opts.op, sw.dtype, sw.world.size)
+    return f"every element, exact; inputs are {describe_rule(rule)}"
+
+
+def summary_lines(rows: list[Row], baseline: str) -> list[str]:
+    """Per algorithm: points, failures, average and peak bus bandwidth (nccl-tests' 'Avg bus
+    bandwidth'), the largest speed-up over the baseline, and with --overlap the slowdowns."""
+    lines = []
+    keys = list(dict.fromkeys((r.algo, r.batches, r.placement) for r in rows))
+    for algo, batches, place in keys:
+        group = [r for r in rows if (r.algo, r.batches, r.placement) == (algo, batches, place)]
+        timed = [r for r in group if r.timed]
+        fails = sum(r.status == "fail" for r in group)
+        errors = sum(r.status == "error" for r in group)
+        na = sum(r.status == "inapplicable" for r in group)
+        if not timed and not fails and not errors and not na:
+            continue
+        label = f"{algo}" + (f" batches={batches}" if batches != "-" else "") + f" {place}"
+        parts = [f"{len(timed)}/{len(group)} timed"]
+        if timed:
+            bws = [r.busbw_gbs for r in timed if r.busbw_gbs is not None]
+            parts.append(f"avg busbw {sum(bws) / len(bws):.2f} GB/s")
+            peak = max(timed, key=lambda r: r.busbw_gbs or 0.0)
+            parts.append(f"peak {peak.busbw_gbs:.2f} GB/s at {format_size(peak.size_bytes)}")
+            sp = [r for r in timed if r.speedup is not None and math.isfinite(r.speedup)]
+            if sp and algo != baseline:
+                best = max(sp, key=lambda r: r.speedup)
+                parts.append(f"best {best.speedup:.2f}x vs {baseline} at "
+                             f"{format_size(best.size_bytes)}")
+            gemm = _finite(r.gemm_slowdown for r in timed)
+            if gemm:
+                parts.append(f"GEMM slowdown {_spread(gemm)}")
+            ar = _finite(r.ar_slowdown for r in timed)
+            if ar:
+                parts.append(f"allreduce slowdown {_spread(ar)}")
+        if na:
+            parts.append(f"{na} n/a")
+        if fails:
+            parts.append(f"{fails} FAILED check")
+        if errors:
+            parts.append(f"{errors} errors")
+        lines.append(f"{label}: " + ", ".join(parts))
+    return lines
+
+
+def _finite(values: Any) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def _spread(values: list[float]) -> str:
+    """Median and range over sizes: "median 1.04x (1.01x to 1.10x)"."""
+    return f"median {statistics.median(values):.2f}x ({min(values):.2f}x to {max(values):.2f}x)"

@@ -1,0 +1,229 @@
+// The one-shot and two-shot allreduce kernels (launcher: mpiring/cuda/direct.py, whose
+// docstring describes the two algorithms). Both push: every byte crossing NVLink is a store
+// into a peer's staging, never a load from it (remote stores are posted; remote loads wait a
+// full round trip).
+//
+// Barriers. Block b of every rank meets block b of every other rank: thread t < n of block b
+// stores the block's sequence number into rank t's flag [me][b] with release semantics
+// (system scope) after __syncthreads, then spins with acquire loads until its own flag [t][b]
+// reaches it. Ranges are cut into 16-byte words and word w of a range always belongs to
+// thread w % (grid size), on every rank, in every step, whether the caller's pointers allow
+// 16-byte accesses or not (then the thread moves the word element by element): so a block
+// only ever needs its namesakes. Sequence numbers come from a per-block counter in device
+// memory, which makes the launches replayable in a CUDA graph.
+//
+// No wait is unbounded. A spinning thread reads the GPU clock now and then: past the
+// communicator's timeout it aborts the communicator (writes 1 + rank into every rank's abort
+// word), reports the rank it waited for in the host status block, and the kernel returns
+// without writing output. A spinning thread that finds the abort word set (a peer gave up)
+// reports that and returns too. The same holds inside a replayed CUDA graph.
+//
+// Reuse without extra barriers. A rank writes into a peer's region only after a barrier that
+// the peer entered after its last read of that region: one-shot alternates two slots by
+// sequence parity (the barrier of the next call separates a slot's readers from its next
+// writers); in two-shot, a chunk's second barrier separates the readers of the input staging
+// from the next chunk's writers, and the next chunk's first barrier separates the readers of
+// the output staging from the next writers. Kernels of one communicator never run concurrently
+// (the launcher's caller orders them), so counters and flags serve one kernel at a time. Data
+// written by peers is read with L2-only loads (ld.global.cg), so no stale L1 line is ever used.
+#include "types.cuh"
+#include "status.cuh"
+#include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
+
+#define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
+__device__ __forceinline__ long long lmin(long long a, long long b) { return a < b ? a : b; }
+
+__device__ __forceinline__ void st_release(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ u64 ld_acquire(const u64* p) {
+  u64 v; asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v;
+}
+__device__ __forceinline__ uint4 ldcg(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+template <class S> __device__ __forceinline__ S ldcg(const S* p) {
+  if constexpr (sizeof(S) == 2) { unsigned short v; asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
+  else if constexpr (sizeof(S) == 4) { unsigned v; asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
+  else { u64 v; asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
+}
+
+__device__ __forceinline__ u64 clock_ns() {
+  u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
+}
+
+// Block b of every rank meets block b of every other rank (see the module docstring): thread
+// t < size waits for rank t. Returns true, in every thread of the block, if the kernel must
+// stop because the communicator is aborted (a wait here timed out, or some rank aborted it).
+__device__ __forceinline__ bool barrier(const Ctl* c, u64 seq, int kind, int step) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  int stop = 0;
+  if (t < c->size) {
+    st_release((u64*)c->flags[t] + (size_t)c->rank * c->blocks + blockIdx.x, seq);
+    const u64* mine = (const u64*)c->flags[c->rank] + (size_t)t * c->blocks + blockIdx.x;
+    u64 since = 0;
+    for (unsigned spins = 1; ld_acquire(mine) < seq; ++spins) {
+      if (spins % 256) continue;                  // the clock and abort word now and then only
+      const u64 by = *(const volatile u64*)c->aborts[c->rank];
+      if (by) { report((long long*)c->status, ST_ABORTED, kind, (long long)by - 1, seq, step); stop = 1; break; }
+      const u64 now = clock_ns();
+      if (!since) { since = now; continue; }
+      if (now - since > (u64)c->timeout_ns) {     // give up: stop every rank's kernels, say why
+        report((long long*)c->status, ST_TIMED_OUT, kind, t, seq, step);
+        for (int r = 0; r < c->size; ++r) st_release((u64*)c->aborts[r], (u64)c->rank + 1);
+        stop = 1; break;
+      }
+    }
+  }
+  return __syncthreads_or(stop);
+}
+
+// Word w (16 bytes) of a range of len elements at p. "vec": p allows 16-byte accesses;
+// "peer": the data was written by another GPU (L2-only loads). Partial words move element-wise.
+template <class S> __device__ __forceinline__ uint4 load_word(const S* p, long long w, long long len, bool vec, bool peer) {
+  const int V = 16 / sizeof(S);
+  const long long i0 = w * V;
+  if (vec && i0 + V <= len) return peer ? ldcg((const uint4*)p + w) : ((const uint4*)p)[w];
+  uint4 u; u.x = u.y = u.z = u.w = 0u;
+  S* e = reinterpret_cast<S*>(&u);
+  for (int k = 0; k < V && i0 + k < len; ++k) e[k] = peer ? ldcg(p + i0 + k) : p[i0 + k];
+  return u;
+}
+template <class S> __device__ __forceinline__ void store_word(S* p, long long w, long long len, bool vec, uint4 u) {
+  const int V = 16 / sizeof(S);
+  const long long i0 = w * V;
+  if (vec && i0 + V <= len) { ((uint4*)p)[w] = u; return; }
+  const S* e = reinterpret_cast<const S*>(&u);
+  for (int k = 0; k < V && i0 + k < len; ++k) p[i0 + k] = e[k];
+}
+
+template <class T> struct Pack {             // the elements of one word, widened
+  typedef typename T::S S; typedef typename T::A A;
+  enum { V = 16 / sizeof(S) };
+  A a[V];
+  __device__ __forceinline__ void load(uint4 u) { const S* p = (const S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = T::ld(p[k]); }
+  template <class Op> __device__ __forceinline__ void fold(uint4 u) { const S* p = (const S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = Op::f(a[k], T::ld(p[k])); }
+  __device__ __forceinline__ uint4 store() const { uint4 u; S* p = (S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) p[k] = T::st(a[k]);
+    return u; }
+};
+
+#define GRID_THREAD const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long long)gridDim.x * blockDim.x
+
+// dst[0:len] = src[0:len], word by word.
+template <class S>
+__device__ __forceinline__ void copy_range(S* dst, bool dst_vec, const S* src, bool src_vec, bool src_peer, long long len) {
+  GRID_THREAD;
+  const long long nw = (len + 16 / sizeof(S) - 1) / (16 / sizeof(S));
+  for (long long w = tid; w < nw; w += UNROLL * stride) {
+    uint4 u[UNROLL];
+#pragma unroll
+    for (int h = 0; h < UNROLL; ++h)
+      if (w + h * stride < nw) u[h] = load_word(src, w + h * stride, len, src_vec, src_peer);
+#pragma unroll
+    for (int h = 0; h < UNROLL; ++h)
+      if (w + h * stride < nw) store_word(dst, w + h * stride, len, dst_vec, u[h]);
+  }
+}
+
+// out[0:len] = srcs[0] op srcs[1] op ... in rank order. srcs[me] is the caller's input (16-byte
+// accessible if in_vec); the others are staging written by peers. With dsts, the result is
+// also stored into every dsts[r], r != me (peers' staging).
+template <class T, class Op>
+__device__ __forceinline__ void reduce_range(typename T::S* out, bool vec, const typename T::S* const* srcs,
+                                             typename T::S* const* dsts, int me, int n, long long len) {
+  typedef typename T::S S;
+  GRID_THREAD;
+  const long long nw = (len + 16 / sizeof(S) - 1) / (16 / sizeof(S));
+  for (long long w = tid; w < nw; w += 2 * stride) {
+    uint4 u[2][MAXR];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)                 // issue every load of two words before the first use
+#pragma unroll
+      for (int r = 0; r < MAXR; ++r)
+        if (r < n && w + h * stride < nw)
+          u[h][r] = load_word(srcs[r], w + h * stride, len, r == me ? vec : true, r != me);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long k = w + h * stride;
+      if (k >= nw) break;
+      Pack<T> acc; acc.load(u[h][0]);
+#pragma unroll
+      for (int r = 1; r < MAXR; ++r) if (r < n) acc.template fold<Op>(u[h][r]);
+      const uint4 res = acc.store();
+      store_word(out, k, len, vec, res);
+      if (dsts)
+        for (int r = 0; r < n; ++r) if (r != me) store_word(dsts[r], k, len, true, res);
+    }
+  }
+}
+
+__device__ __forceinline__ u64 first_seq(const Ctl* c) {
+  __shared__ u64 seq;
+  if (threadIdx.x == 0) seq = ((const u64*)c->counters)[blockIdx.x];
+  __syncthreads();
+  return seq;
+}
+__device__ __forceinline__ void last_seq(const Ctl* c, u64 seq) {
+  if (threadIdx.x == 0) ((u64*)c->counters)[blockIdx.x] = seq;
+}
+
+template <class T, class Op>
+__global__ void __launch_bounds__(DIRECT_THREADS) oneshot(const typename T::S* in, typename T::S* out, long long n,
+                                               const Ctl* __restrict__ c, int vec) {
+  typedef typename T::S S;
+  const u64 seq = first_seq(c) + 1;
+  const int me = c->rank, size = c->size, par = (int)(seq & 1);
+  const long long row = (n + 16 / sizeof(S) - 1) / (16 / sizeof(S)) * (16 / sizeof(S));
+  for (int r = 0; r < size; ++r)                // 1. my input into row me of every peer's slot
+    if (r != me) copy_range<S>((S*)c->oneshot[r][par] + me * row, true, in, vec, false, n);
+  if (barrier(c, seq, ST_KIND_ONESHOT, 0)) return;
+  const S* srcs[MAXR];                          // 2. reduce the rows of my slot, in rank order
+  for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][par] + r * row;
+  reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
+  last_seq(c, seq);
+}
+
+template <class T, class Op>
+__global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* in, typename T::S* out, long long n,
+                                               const Ctl* __restrict__ c, int vec) {
+  typedef typename T::S S;
+  u64 seq = first_seq(c);
+  const int me = c->rank, size = c->size;
+  const long long V = 16 / sizeof(S);
+  const long long chunk = c->twoshot_bytes / sizeof(S) / (size * V) * (size * V);
+  S* stage_in = (S*)c->twoshot_in[me];
+  const S* stage_out = (const S*)c->twoshot_out[me];
+  for (long long base = 0, k = 0; base < n; base += chunk, ++k) {
+    const long long m = lmin(chunk, n - base);
+    const long long shard = ((m + size - 1) / size + V - 1) / V * V;  // whole words; size*shard <= chunk
+    for (int s = 0; s < size; ++s) {            // 1. shard s of my input into row me of rank s
+      const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
+      if (s != me) copy_range<S>((S*)c->twoshot_in[s] + me * shard, true, in + base + lo, vec, false, len);
+    }
+    if (barrier(c, ++seq, ST_KIND_TWOSHOT, 2 * k)) return;
+    {                                             // 2. reduce my shard, push it to every peer
+      const long long lo = lmin(me * shard, m), len = lmin(shard, m - lo);
+      const S* srcs[MAXR]; S* dsts[MAXR];
+      for (int r = 0; r < size; ++r) {
+        srcs[r] = (r == me) ? in + base + lo : stage_in + r * shard;
+        dsts[r] = (S*)c->twoshot_out[r] + lo;
+      }
+      reduce_range<T, Op>(out + base + lo, vec, srcs, dsts, me, size, len);
+    }
+    if (barrier(c, ++seq, ST_KIND_TWOSHOT, 2 * k + 1)) return;
+    for (int s = 0; s < size; ++s) {            // 3. the other shards, reduced by their owners
+      const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
+      if (s != me) copy_range<S>(out + base + lo, vec, stage_out + lo, true, true, len);
+    }
+  }
+  last_seq(c, seq);
+}

@@ -1,0 +1,56 @@
+// The reduction ("fold") kernel of the ring, out = in (op) slot elementwise, and a copy kernel.
+// Loads and stores are 16 bytes wide when all three pointers allow it (the launcher decides:
+// mpiring/cuda/kernels.py).
+//
+// Both kernels write user output, so both first read the communicator's abort word: once a
+// rank aborted the communicator, released waits let queued work run on, and it must not write
+// stale data into the caller's output (it reports the abort to the host instead).
+#include "types.cuh"
+#include "status.cuh"
+
+// Whether the communicator was aborted (1 + the aborting rank in *abort); block 0 reports it.
+__device__ __forceinline__ bool aborted(const unsigned long long* abort, long long* status) {
+  __shared__ int stop;
+  if (threadIdx.x == 0) {
+    const unsigned long long by = *(const volatile unsigned long long*)abort;
+    stop = by != 0;
+    if (by && blockIdx.x == 0) report(status, ST_ABORTED, ST_KIND_RING, (long long)by - 1, 0, 0);
+  }
+  __syncthreads();
+  return stop;
+}
+
+template <class T, class Op>
+__global__ void fold(typename T::S* __restrict__ out, const typename T::S* __restrict__ in,
+                     const typename T::S* __restrict__ slot, long long n, int vectorized,
+                     const unsigned long long* abort, long long* status) {
+  typedef typename T::S S;
+  if (aborted(abort, status)) return;
+  const int V = 16 / sizeof(S);
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long nvec = vectorized ? n / V : 0;
+  for (long long i = tid; i < nvec; i += stride) {
+    uint4 a = reinterpret_cast<const uint4*>(in)[i];
+    uint4 b = reinterpret_cast<const uint4*>(slot)[i];
+    uint4 c;
+    const S* pa = reinterpret_cast<const S*>(&a);
+    const S* pb = reinterpret_cast<const S*>(&b);
+    S* pc = reinterpret_cast<S*>(&c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) pc[k] = T::st(Op::f(T::ld(pa[k]), T::ld(pb[k])));
+    reinterpret_cast<uint4*>(out)[i] = c;
+  }
+  for (long long i = nvec * V + tid; i < n; i += stride)
+    out[i] = T::st(Op::f(T::ld(in[i]), T::ld(slot[i])));
+}
+
+// out[0:n] = src[0:n] in units of U (the widest the pointers and n allow).
+template <class U>
+__global__ void copy(U* __restrict__ out, const U* __restrict__ src, long long n,
+                     const unsigned long long* abort, long long* status) {
+  if (aborted(abort, status)) return;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = tid; i < n; i += stride) out[i] = src[i];
+}

@@ -1,0 +1,62 @@
+"""The communicator's timeout policy: one object, validated once, handed to everything that
+waits for a peer (host waits, MPI set-up steps, the GPU watchdog, the kernels' clocks)."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError
+from .signals import Waiter
+
+DEFAULT_SECONDS = 300.0
+ENV = "MPIRING_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class TimeoutPolicy:
+    """How long any wait for a peer may take, in seconds (finite and positive)."""
+
+    seconds: float = DEFAULT_SECONDS
+
+    def __post_init__(self) -> None:
+        s = self.seconds
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
+            raise InvalidArgumentError(f"timeout must be a finite, positive number of seconds, got {s!r}")
+
+    @classmethod
+    def resolve(cls, value: float | None) -> TimeoutPolicy:
+        """The policy for ``timeout=value``; None reads ``MPIRING_TIMEOUT`` (default 300 s)."""
+        if value is None:
+            text = os.environ.get(ENV, "").strip()
+            if not text:
+                return cls()
+            try:
+                seconds = float(text)
+            except ValueError:
+                raise InvalidArgumentError(f"{ENV}={text!r} is not a number of seconds") from None
+            try:
+                return cls(seconds)
+            except InvalidArgumentError as err:
+                raise InvalidArgumentError(f"{ENV}={text!r}: {err}") from None
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"timeout must be a number of seconds, got {value!r}") from None
+        return cls(seconds)
+
+    def waiter(self, rank: int) -> Waiter:
+        """Bounded waits on behalf of ``rank`` (named in their errors)."""
+        return Waiter(self.seconds, rank)
+
+    @property
+    def nanoseconds(self) -> int:
+        """The timeout for the GPU's clock (kernels' barriers)."""
+        return min(int(self.seconds * 1e9), 1 << 62)
+
+    @property
+    def drain_seconds(self) -> float:
+        """How long draining this rank's GPU work may take: the GPU's own waits end within the
+        timeout (the watchdog, the kernels' clocks), plus as much for work queued ahead, plus 5 s."""
+        return 2 * self.seconds + 5.0

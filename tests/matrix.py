@@ -1,0 +1,29 @@
+"""The test matrix shared by the host MPI tests (tests/mpi) and the GPU tests (tests/gpu), as
+mpi4py's buffer tests share theirs: which algorithms, dtypes, ops, sizes and placements every
+backend is checked over. It reads mpiring's own tables, so a new row is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mpiring import algorithms
+from mpiring.buffers import Memory
+from mpiring.ops import DTYPES, Op
+from mpiring.ops import OPS as OP_TABLE
+
+OPS: list[Op] = list(OP_TABLE)
+# Every dtype of the table; host arrays of bfloat16 come from ml_dtypes (a dependency).
+HOST_DTYPES: list[np.dtype] = [row.numpy for row in DTYPES.values()]
+# CuPy has no bfloat16: the GPU matrix covers it through torch tensors (test_gpu_allreduce).
+GPU_DTYPES: list[str] = [name for name in DTYPES if name != "bfloat16"]
+HOST_ALGORITHMS: list[str] = list(algorithms.names(Memory.HOST))
+GPU_ALGORITHMS: list[str] = list(algorithms.names(Memory.CUDA))
+# Placements: separate output, MPI.IN_PLACE, None for IN_PLACE, the same array twice, allreduce().
+PLACEMENTS: list[str] = ["out", "in_place", "none", "same", "new"]
+
+
+def sizes(nranks: int) -> list[int]:
+    """Element counts that hit every edge of the schedules: empty, one, fewer than the ranks, a
+    prime, and one past a power of two."""
+    return [0, 1, max(nranks - 1, 1), 7919, (1 << 16) + 3]

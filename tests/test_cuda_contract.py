@@ -1,0 +1,96 @@
+"""Host and device agree on the numbers they share: ``mpiring.cuda.contract`` against ``csrc/``.
+
+``struct Ctl`` (``contract.cuh``) pins its size and every field's offset with static_asserts,
+which the compiler checks (tests/test_cuda_sources.py); here each asserted number is checked
+against the numpy mirror ``CONTROL``, field by field, in both directions. The status block's
+``ST_*`` constants of ``status.cuh`` are checked against the Python ones the host reads with,
+and ``MAXR`` against the staging layout's ``MAX_RANKS``. Pure text and numpy: no compiler, no GPU.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mpiring.cuda import contract, direct, sources, status
+from mpiring.cuda.layout import MAX_RANKS, StagingLayout
+
+CONTRACT = sources.read("contract.cuh")
+STATUS = sources.read("status.cuh")
+
+
+def _defines(text: str) -> dict[str, int]:
+    return {name: int(value) for name, value in re.findall(r"^#define (\w+) (\d+)\b", text, re.M)}
+
+
+def test_every_field_offset_is_asserted_and_matches_numpy() -> None:
+    """Each static_assert(offsetof(Ctl, X) == N) equals CONTROL's offset of X, and every numpy
+    field has exactly one such assert."""
+    asserted = re.findall(r"static_assert\(offsetof\(Ctl, (\w+)\) == (\d+)", CONTRACT)
+    names = [name for name, _ in asserted]
+    assert len(names) == len(set(names)), "a field is asserted twice"
+    assert set(names) == set(contract.CONTROL.names)
+    for name, offset in asserted:
+        assert contract.CONTROL.fields[name][1] == int(offset), name
+
+
+def test_size_is_asserted_and_matches_numpy() -> None:
+    sizes = re.findall(r"static_assert\(sizeof\(Ctl\) == (\d+)", CONTRACT)
+    assert sizes == [str(contract.CONTROL.itemsize)]
+
+
+def test_fields_are_declared_in_numpy_order() -> None:
+    """The struct declares its fields in CONTROL's order, so the two read alike side by side."""
+    body = CONTRACT[CONTRACT.index("struct Ctl {"):CONTRACT.index("};", CONTRACT.index("struct Ctl {"))]
+    declared = []
+    for line in body.splitlines()[1:]:
+        code = line.split("//")[0].strip().rstrip(";")
+        if code:
+            declared += [re.match(r"\w+", part.strip().split()[-1]).group(0)
+                         for part in code.split(",")]
+    assert declared == list(contract.CONTROL.names)
+
+
+def test_the_table_fits_its_place_in_the_staging() -> None:
+    assert contract.CONTROL.itemsize <= StagingLayout.TABLE_BYTES
+
+
+def test_maxr_is_the_layouts_max_ranks() -> None:
+    defined = _defines(CONTRACT)
+    assert defined["MAXR"] == contract.MAXR == MAX_RANKS
+    assert contract.CONTROL.fields["flags"][0].shape == (MAX_RANKS,)
+
+
+def test_direct_threads_match_the_launch_bounds() -> None:
+    """The launcher's block size is the kernels' __launch_bounds__ (more threads would not launch)."""
+    assert _defines(CONTRACT)["DIRECT_THREADS"] == contract.DIRECT_THREADS == direct.THREADS
+    assert sources.read("direct.cu").count("__launch_bounds__(DIRECT_THREADS)") == 2
+
+
+def test_status_constants_match() -> None:
+    """Every ST_* constant of status.cuh equals its Python twin, and none is missing on either side."""
+    defined = {name[3:]: value for name, value in _defines(STATUS).items() if name.startswith("ST_")}
+    expected = {
+        "STATE": contract.STATE, "KIND": contract.KIND, "PEER": contract.PEER, "SEQ": contract.SEQ,
+        "BLOCK": contract.BLOCK, "STEP": contract.STEP, "WORDS": contract.WORDS,
+        "HEALTHY": contract.HEALTHY, "TIMED_OUT": contract.TIMED_OUT, "ABORTED": contract.ABORTED,
+        "KIND_RING": contract.KIND_RING, "KIND_ONESHOT": contract.KIND_ONESHOT,
+        "KIND_TWOSHOT": contract.KIND_TWOSHOT,
+    }
+    assert defined == expected
+
+
+def test_kind_codes_name_their_algorithms() -> None:
+    """KINDS (what status_error names) maps each ST_KIND_* code to its algorithm, and status.py
+    re-exports the contract's values rather than keeping its own."""
+    kinds = {name[8:].lower(): value for name, value in _defines(STATUS).items()
+             if name.startswith("ST_KIND_")}
+    assert {code: name for name, code in kinds.items()} == contract.KINDS == status.KINDS
+    assert (status.STATE, status.WORDS, status.ABORTED) == (contract.STATE, contract.WORDS, contract.ABORTED)
+
+
+def test_kernels_report_with_named_kinds() -> None:
+    """Kernels pass ST_KIND_* to report() and barrier(), never a bare number."""
+    fold, direct_cu = sources.read("fold.cu"), sources.read("direct.cu")
+    assert "ST_KIND_RING" in fold
+    assert not re.search(r"barrier\(c, [^,]+, \d", direct_cu)
+    assert direct_cu.count("ST_KIND_ONESHOT") == 1 and direct_cu.count("ST_KIND_TWOSHOT") == 2
