@@ -313,12 +313,11 @@ class Communicator:
         if memory is Memory.HOST or self._gpu is None or self.size == 1:
             return candidates[0]  # the host has one mpiring algorithm; one rank: a copy
         first = self._tuning.choose(self.size, nbytes)
-        capturing = self._gpu.capturing()
-        order = [first] + [c for c in ("twoshot", "nccl", *candidates) if c != first]
-        for name in order:
+        for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
             row = algorithms.get(name)
             limit = row.max_bytes(self._gpu)
-            if (limit is None or nbytes <= limit) and (row.graph_capturable or not capturing):
+            # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
+            if (limit is None or nbytes <= limit) and (row.graph_capturable or not self._gpu.capturing()):
                 return name
         return first
 

@@ -106,3 +106,40 @@ def test_from_timings_agrees_with_the_fastest_at_every_measured_size(points) -> 
 def test_from_timings_refuses_non_candidates() -> None:
     with pytest.raises(InvalidArgumentError, match="cannot tune"):
         tuning.from_timings([(4, 1, "nccl-ring", 1.0)])
+
+
+class _FakeGpu:
+    """What auto asks a GPU backend: the one-shot limit, and (counted) whether it is capturing."""
+
+    def __init__(self, capturing: bool, oneshot_limit: int = 1 << 20) -> None:
+        self._capturing, self.oneshot_limit, self.asked = capturing, oneshot_limit, 0
+
+    def capturing(self) -> bool:
+        self.asked += 1
+        return self._capturing
+
+
+def _auto(gpu: _FakeGpu, nbytes: int, rows: dict) -> str:
+    from types import SimpleNamespace
+
+    from mpiring.buffers import Memory
+    from mpiring.communicator import Communicator
+
+    fake = SimpleNamespace(_gpu=gpu, size=2, _tuning=table(rows))
+    return Communicator._auto_choice(fake, nbytes, Memory.CUDA)
+
+
+def test_auto_asks_about_graph_capture_only_for_a_row_that_cannot_be_captured() -> None:
+    """The hot path: a capturable choice costs no CUDA query; the ring's does, and while
+    capturing the ring gives way to the next capturable candidate."""
+    rows = {"2": [[4096, "oneshot"], [None, "ring"]]}
+    eager = _FakeGpu(capturing=False)
+    assert _auto(eager, 1024, rows) == "oneshot" and eager.asked == 0
+    assert _auto(eager, 1 << 30, rows) == "ring" and eager.asked == 1
+    graph = _FakeGpu(capturing=True)
+    assert _auto(graph, 1 << 30, rows) == "twoshot"
+
+
+def test_auto_moves_past_a_size_limit() -> None:
+    gpu = _FakeGpu(capturing=False, oneshot_limit=1024)
+    assert _auto(gpu, 4096, {"2": [[1 << 20, "oneshot"], [None, "ring"]]}) == "twoshot"

@@ -123,3 +123,17 @@ def test_overlap_on_the_host_says_it_needs_gpus(tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 3 and "--overlap gemm needs GPUs" in err and "--host" in err
     assert list(tmp_path.iterdir()) == []
+
+
+class Refusing(Comm):
+    """A communicator whose algorithm refuses the size, as one-shot does above its limit."""
+
+    def batches_for(self, count, dtype, *, gpu=None, algorithm=None, batches=None):
+        raise mpiring.InvalidArgumentError("algorithm 'oneshot' takes messages of at most 2097152 bytes")
+
+
+def test_row_of_a_point_the_algorithm_refuses_has_no_batches():
+    """An n/a point (one-shot above its limit) is a row, not a crash of the sweep."""
+    p = Point(4 << 20, 1 << 20, "float32", "sum", "oneshot", None, "out")
+    row = runner._row(fake_sweep(Refusing("oneshot")), p, Outcome("inapplicable", "-", note="n/a"))
+    assert row.status == "inapplicable" and row.batches_used is None

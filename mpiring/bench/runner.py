@@ -233,12 +233,21 @@ def _resolved(comm: Any, count: int, dtype: Any) -> str:
         return "?"
 
 
+def _batches_used(sw: Sweep, p: Point) -> int | None:
+    """The mini-batches the point's calls ran with; None where the algorithm has none, or
+    refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
+    try:
+        return sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=p.algo,
+                                   batches=p.call_batches)
+    except MpiringError:
+        return None
+
+
 def _row(sw: Sweep, p: Point, out: Outcome) -> Row:
     row = Row(size_bytes=p.nbytes, count=p.count, dtype=p.dtype, op=p.op, algo=p.algo,
               batches=p.batches_label, placement=p.placement, nranks=sw.world.size,
               status=out.status, check=out.check, note=out.note, baseline=sw.baseline,
-              batches_used=sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu",
-                                               algorithm=p.algo, batches=p.call_batches))
+              batches_used=_batches_used(sw, p))
     if p.algo == AUTO:
         row.resolved = _resolved(sw.comm, p.count, sw.dtype)
     ov = out.overlap
