@@ -25,7 +25,7 @@ sends to a missing rank stay queued for it, on the caller's communicator.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -34,7 +34,7 @@ from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 from .ops import Op, dtype_name
 from .signals import CALLS, SharedBoard, Waiter
 
-FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory")
+FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory", "collective")
 
 JOIN_TAG = 0x6D72  # "mr": the set-up rendezvous' messages on the caller's communicator
 SETUP_HINT = ("every rank of the communicator must create the mpiring.Communicator at the same time "
@@ -158,11 +158,16 @@ class AgreementCheck:
         board: node shared memory where each rank counts the checks it entered, to name the
             missing ranks on a timeout (optional).
         algorithm_name: the name of an algorithm's wire code, for mismatch errors (optional).
+        collective_name: the name of a collective's wire code, likewise (optional).
+        board_ranks: the communicator rank of each row of ``board`` (default: the same
+            numbers); a board covers one node, so on several nodes it names only this node's.
     """
 
     def __init__(self, comm: MPI.Intracomm, timeout: float | None = None,
                  board: SharedBoard | None = None,
-                 algorithm_name: Callable[[int], str] | None = None) -> None:
+                 algorithm_name: Callable[[int], str] | None = None,
+                 collective_name: Callable[[int], str] | None = None,
+                 board_ranks: Sequence[int] | None = None) -> None:
         self.comm = comm
         # How each field's wire code reads in an error ("float32", not "dtype 2").
         self.names: dict[str, Callable[[int], str]] = {
@@ -170,8 +175,11 @@ class AgreementCheck:
             "batches": lambda b: str(b) if b else "default"}
         if algorithm_name is not None:
             self.names["algorithm"] = algorithm_name
+        if collective_name is not None:
+            self.names["collective"] = collective_name
         self.waiter = None if timeout is None else Waiter(timeout, comm.rank)
         self.board = board
+        self.board_ranks = list(board_ranks) if board_ranks is not None else None
         self.calls = 0  # checks entered by this rank: the sequence number of a call
         self._send = np.zeros(1 + 2 * len(FIELDS), dtype=np.int64)
         self._recv = np.zeros_like(self._send)
@@ -205,9 +213,11 @@ class AgreementCheck:
                 say = self.names.get(name, str)
                 diffs.append(f"{name} (this rank {say(values[name])}, others from {say(lo)} to {say(hi)})")
         if diffs:
+            what = self.names.get("collective", lambda c: "allreduce")(values.get("collective", 1))
             raise RankMismatchError(
-                f"ranks called allreduce with different arguments: {'; '.join(diffs)}. Every rank "
-                "must pass the same count, dtype, op, algorithm, batches and memory kind"
+                f"ranks called {what} with different arguments: {'; '.join(diffs)}. Every rank "
+                "must pass the same count, dtype, op, algorithm, batches and memory kind, to the "
+                "same collective"
             )
 
     def _reduce(self, algorithm: str | None) -> None:
@@ -233,7 +243,8 @@ class AgreementCheck:
         if self.board is None:
             return []
         self.board.fence()
-        return [r for r in range(self.board.size) if self.board.read(r, CALLS) < self.calls]
+        named = self.board_ranks or list(range(self.board.size))
+        return [named[r] for r in range(self.board.size) if self.board.read(r, CALLS) < self.calls]
 
     def _absent(self) -> str:
         """What the check waits for, naming the ranks that never arrived when that is known."""
@@ -241,10 +252,15 @@ class AgreementCheck:
         if self.board is None:
             return head + ": some rank did not call allreduce"
         absent = self._absent_ranks()
+        node = self.board_ranks is not None and len(self.board_ranks) < self.comm.size
         if not absent:
+            if node:
+                return head + " (every rank of this node did: a rank on another node is late or gone)"
             return head + " (all did: a rank may have crashed or stopped inside it)"
-        where = ", ".join(f"rank {r} is at call {self.board.read(r, CALLS)}" for r in absent[:16])
-        return f"{head}: {len(absent)} of {self.board.size} ranks did not call allreduce ({where})"
+        row = {rank: i for i, rank in enumerate(self.board_ranks or range(self.board.size))}
+        where = ", ".join(f"rank {r} is at call {self.board.read(row[r], CALLS)}" for r in absent[:16])
+        of = f"{self.board.size} ranks of this node" if node else f"{self.board.size} ranks"
+        return f"{head}: {len(absent)} of {of} did not call allreduce ({where})"
 
 
 def _op_name(code: int) -> str:

@@ -46,6 +46,14 @@ class Buffer:
     def nbytes(self) -> int:
         return self.count * self.dtype.itemsize
 
+    def part(self, start: int, count: int) -> Buffer:
+        """Elements ``start .. start + count`` of this buffer, as a buffer of their own."""
+        if start < 0 or count < 0 or start + count > self.count:
+            raise ValueError(f"part {start}+{count} is outside a buffer of {self.count} elements")
+        array = None if self.array is None else self.array[start:start + count]
+        return Buffer(self.memory, self.address + start * self.dtype.itemsize, count, self.dtype,
+                      self.readonly, array, self.owner)
+
 
 # DLPack device types (dlpack.h): what we accept and what we name in errors.
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13

@@ -1,12 +1,13 @@
 """``mpiring.Communicator``: the public API, in mpi4py's idiom.
 
-A communicator binds the ranks of one node, allocates its staging memory once (the control
-board in node shared memory, and a GPU backend when there are GPUs), and then allreduces host
-or GPU arrays with the algorithm asked for: a row of the table in ``mpiring.algorithms``.
+A communicator finds its ranks' nodes (``mpiring.groups``), allocates its staging memory once
+per node (the control board in node shared memory, and a GPU backend when there are GPUs),
+and then runs ``Allreduce``, ``Reduce_scatter_block`` and ``Allgather`` on host or GPU arrays
+with the algorithm asked for: a row of the table in ``mpiring.algorithms``.
 
-One call, in order: describe the buffers; resolve the algorithm (``auto`` -> a row); check
-the call locally; the agreement check (every rank learns whether any rank rejected its call
-or disagrees); the row's ``run`` on the backend of the buffers' memory.
+One call, in order: describe and check the buffers, resolve the algorithm (``auto`` -> a row;
+``mpiring.dispatch``); the agreement check (every rank learns whether any rank rejected its
+call or disagrees); the row's entry for the collective, on the backend of the buffers' memory.
 """
 
 from __future__ import annotations
@@ -20,34 +21,36 @@ from mpi4py import MPI
 
 from . import algorithms, cuda
 from .agreement import FIELDS, AgreementCheck, all_ranks, join
-from .algorithms import AUTO, Algorithm, Call
+from .algorithms import Collective
 from .algorithms import auto as auto_table
 from .backends.base import Backend
 from .backends.host import HostBackend
-from .buffers import Memory, check_pair, describe
+from .buffers import Memory
 from .control import ControlBoard
+from .dispatch import Dispatcher
 from .errors import (
     CommunicatorClosedError,
-    InvalidArgumentError,
     MpiringError,
     MpiringTimeoutError,
     PeerFailedError,
     SetupError,
     UnavailableError,
 )
-from .ops import dtype_code, normalize_op
-from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_batches, empty_like
+from .groups import Groups, make_groups
+from .options import DEFAULT_HOST_SLOT_BYTES, Options, empty_like
 from .transports.host import slot_bytes_for
 
 log = logging.getLogger(__name__)
 
 
 class Communicator:
-    """Allreduce over the ranks of ``comm``, all on one node, one GPU per rank.
+    """Allreduce (and ``Reduce_scatter_block``, ``Allgather``) over the ranks of ``comm``, on one
+    node or many, one GPU per rank.
 
     Args:
         comm: the MPI communicator whose ranks take part (default ``MPI.COMM_WORLD``);
-            it is duplicated, so mpiring's messages never mix with the caller's.
+            it is duplicated, so mpiring's messages never mix with the caller's. Ranks on one
+            node share memory (CUDA IPC, MPI shared memory); nodes meet through ``inter``.
         gpu: True to require the GPU path, False for host arrays only, None (default) to use
             GPUs when CuPy finds them.
         device: the GPU of this rank; default: the GPU of this process's first communicator,
@@ -62,27 +65,32 @@ class Communicator:
             ``MPIRING_CHECK=0`` turns it off).
         timeout: seconds any wait for a peer may take, on the host or the GPU (default
             ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
+        inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
+            or ``"auto"`` (default: NCCL where it is installed); host arrays always use MPI.
     """
 
     def __init__(self, comm: MPI.Intracomm | None = None, *, gpu: bool | None = None,
                  device: int | None = None, algorithm: str = "auto", batches: int | None = None,
                  slot_bytes: int | None = None, check: bool | None = None,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, inter: str = "auto") -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
         base = MPI.COMM_WORLD if comm is None else comm
         opts = Options.resolve(algorithm, batches, check, timeout)
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
         self.timeouts = opts.timeouts
-        self._forced = opts.forced  # what "auto" runs instead of the table's choice
-        self._tuning = auto_table.load()
+        tuning = auto_table.load()
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
-        self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.groups: Groups | None = None
         self.board: ControlBoard | None = None
         self._host: HostBackend | None = None
         self._gpu: Backend | None = None
         try:
-            self._set_up(base.size, gpu, device, slot_bytes)
+            self.groups = make_groups(self.comm, self.timeout)
+            self._set_up(gpu, device, slot_bytes, inter)
+            self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced, tuning,
+                                        self.groups.topology, self._host, self._gpu)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -98,22 +106,21 @@ class Communicator:
         """Seconds any wait for a peer may take (the communicator's :class:`TimeoutPolicy`)."""
         return self.timeouts.seconds
 
-    def _set_up(self, base_size: int, gpu: bool | None, device: int | None,
-                slot_bytes: int | None) -> None:
-        """Collective set-up on every rank: node check, control board, backends."""
-        if self.node.size != self.comm.size:
-            raise SetupError(
-                f"mpiring needs every rank on one node, but this communicator of {base_size} ranks "
-                f"spans several nodes (this node has {self.node.size} of them): build one "
-                "Communicator per node, e.g. from comm.Split_type(MPI.COMM_TYPE_SHARED)"
-            )
-        self.rank, self.size = self.comm.rank, self.comm.size
+    @property
+    def topology(self):
+        """Where the ranks are: nodes, places, rails (:class:`mpiring.topology.Topology`)."""
+        return self.groups.topology
+
+    def _set_up(self, gpu: bool | None, device: int | None, slot_bytes: int | None, inter: str) -> None:
+        """Collective set-up on every rank: control board, backends (per node)."""
+        groups = self.groups
         host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
-        self.board = ControlBoard(self.node, 2 * host_slot, self.timeouts)
-        self._host = HostBackend(self.comm, self.board, host_slot, self.timeouts)
+        self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
+        self._host = HostBackend(groups, self.board, host_slot, self.timeouts)
         # After the board: the check counts its calls there, to name missing ranks.
         self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
-                                         algorithms.name_of_code)
+                                         algorithms.name_of_code, lambda c: Collective(c).label,
+                                         groups.node_ranks)
         use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = all_ranks(self.comm, use_gpu, self.timeout, "decide whether to use GPUs")
@@ -125,7 +132,7 @@ class Communicator:
         if use_gpu:
             from .backends.gpu import GpuBackend
 
-            self._gpu = GpuBackend(self.comm, self.node, self.board, device, slot_bytes, self.timeouts)
+            self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
 
     # -- failure state -----------------------------------------------------------------
 
@@ -187,7 +194,7 @@ class Communicator:
         """The CUDA device of this rank, or None without GPUs."""
         return None if self._gpu is None else self._gpu.device_id
 
-    # -- the collective ----------------------------------------------------------------
+    # -- the collectives ---------------------------------------------------------------
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *,
                   algorithm: str | None = None, batches: int | None = None) -> None:
@@ -197,58 +204,45 @@ class Communicator:
         same array as ``recvbuf``. GPU work is ordered after what the caller queued on the
         current CuPy stream, and later work there sees the result.
         """
+        self._collective(Collective.ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches)
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *,
+                             algorithm: str | None = None, batches: int | None = None) -> None:
+        """Reduce ``sendbuf`` (``size * m`` elements) over all ranks; rank ``r`` receives block
+        ``r`` (``m`` elements) in ``recvbuf`` (mpi4py's ``Comm.Reduce_scatter_block``). With
+        ``MPI.IN_PLACE``, ``recvbuf`` holds the ``size * m`` inputs and gets the result in its
+        first ``m`` elements (the rest is left undefined)."""
+        self._collective(Collective.REDUCE_SCATTER, sendbuf, recvbuf, op, algorithm, batches)
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any, *, algorithm: str | None = None,
+                  batches: int | None = None) -> None:
+        """Gather every rank's ``sendbuf`` (``m`` elements) into every rank's ``recvbuf``
+        (``size * m``, in rank order; mpi4py's ``Comm.Allgather``). With ``MPI.IN_PLACE``,
+        rank ``r``'s input is block ``r`` of its ``recvbuf``."""
+        self._collective(Collective.ALLGATHER, sendbuf, recvbuf, MPI.SUM, algorithm, batches)
+
+    def _collective(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
+                    algorithm: str | None, batches: int | None) -> None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
         try:
-            call, row, backend = self._prepare(sendbuf, recvbuf, op, algorithm, batches)
-            recv = call.recv
-            values.update(count=recv.count, dtype=dtype_code(recv.dtype), op=int(call.op), algorithm=row.code,
-                          batches=call.batches or 0, memory=int(recv.memory))
+            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
+            values.update(prepared.values)
         except Exception as err:  # any local failure must reach the peers, or they hang
             rejected = err
         if self.check:
             self._agree(rejected is not None, values)
         if rejected is not None:
             raise rejected
-        if recv.count == 0:
+        call, row = prepared.call, prepared.row
+        if call.recv.count == 0:
             return
         try:
-            row.run(backend, call)
+            row.runner(collective)(prepared.backend, call)
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
             self._fail(err)
             raise
-
-    def _prepare(self, sendbuf: Any, recvbuf: Any, op: Any, algorithm: str | None,
-                 batches: int | None) -> tuple[Call, Algorithm, Backend]:
-        """Describe and check one call on this rank: raises what is wrong with it here."""
-        nb = self.batches if batches is None else check_batches(batches)
-        the_op = normalize_op(op)
-        recv = describe(recvbuf, "recvbuf")
-        backend = self._backend(recv.memory)
-        row = self._resolve(recv.nbytes, recv.memory, algorithm)
-        in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
-        send = recv if in_place else describe(sendbuf, "sendbuf")
-        in_place = in_place or check_pair(send, recv)
-        if recv.readonly:
-            raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
-        backend.check_buffer(recv, "recvbuf")
-        if not in_place:
-            backend.check_buffer(send, "sendbuf")
-        call = Call(None if in_place else send, recv, the_op, nb)
-        if row.check is not None:
-            row.check(backend, call)
-        return call, row, backend
-
-    def _backend(self, memory: Memory) -> Backend:
-        if memory is Memory.HOST:
-            return self._host
-        if self._gpu is None:
-            raise UnavailableError(
-                "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
-                "at set-up)"
-            )
-        return self._gpu
 
     def _agree(self, rejected: bool, values: dict[str, int]) -> None:
         """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
@@ -274,64 +268,25 @@ class Communicator:
     # -- which algorithm -----------------------------------------------------------------
 
     def resolve(self, count: int, dtype: Any, algorithm: str | None = None, *,
-                gpu: bool | None = None) -> str:
-        """The algorithm a call of ``count`` elements of ``dtype`` runs: ``algorithm`` (default:
-        the communicator's), with ``"auto"`` replaced by its choice for that size."""
+                gpu: bool | None = None, collective: Collective = Collective.ALLREDUCE) -> str:
+        """The algorithm a call of ``count`` elements (the whole vector) of ``dtype`` runs:
+        ``algorithm`` (default: the communicator's), with ``"auto"`` replaced by its choice."""
         on_gpu = self.gpu if gpu is None else gpu
         nbytes = int(count) * np.dtype(dtype).itemsize
-        return self._resolve(nbytes, Memory.CUDA if on_gpu else Memory.HOST, algorithm).name
-
-    def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None) -> Algorithm:
-        """The row a call of ``nbytes`` in ``memory`` runs; raises if it cannot run it."""
-        name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
-        if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the memory
-            forced = self._forced and algorithms.get(self._forced).serves(memory)
-            name = self._forced if forced else self._auto_choice(nbytes, memory)
-        row = algorithms.get(name)
-        if not row.serves(memory):
-            kind = "GPU" if memory is Memory.CUDA else "host"
-            raise InvalidArgumentError(
-                f"algorithm {row.name!r} reduces {row.describe_memory()} arrays, but these are {kind} "
-                f"arrays ({kind} algorithms: {', '.join(algorithms.names(memory, with_auto=False))})")
-        backend = self._backend(memory)
-        limit = row.max_bytes(backend)
-        if limit is not None and nbytes > limit:
-            raise InvalidArgumentError(
-                f"algorithm {row.name!r} takes messages of at most {limit} bytes, got {nbytes}: "
-                "use another algorithm or 'auto'")
-        if not row.graph_capturable and backend.capturing():
-            capturable = [a.name for a in algorithms.rows() if a.graph_capturable and a.serves(memory)]
-            raise InvalidArgumentError(
-                f"algorithm {row.name!r} cannot be captured into a CUDA graph (its GPU signals carry "
-                f"per-call sequence numbers): use {', '.join(map(repr, capturable))} or 'auto'")
-        return row
-
-    def _auto_choice(self, nbytes: int, memory: Memory) -> str:
-        """What auto runs: the tuning table's choice, moved to the next candidate that can run
-        the call (fits its size limit; capturable while a CUDA graph is being captured)."""
-        candidates = algorithms.auto_candidates(memory)
-        if memory is Memory.HOST or self._gpu is None or self.size == 1:
-            return candidates[0]  # the host has one mpiring algorithm; one rank: a copy
-        first = self._tuning.choose(self.size, nbytes)
-        for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
-            row = algorithms.get(name)
-            limit = row.max_bytes(self._gpu)
-            # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
-            if (limit is None or nbytes <= limit) and (row.graph_capturable or not self._gpu.capturing()):
-                return name
-        return first
+        memory = Memory.CUDA if on_gpu else Memory.HOST
+        return self._dispatch.row(nbytes, memory, algorithm, collective).name
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:
-        """The mini-batch count a call of ``count`` elements would run with (None for
-        algorithms without mini-batches): the request or default, raised to fit the slots."""
+        """The mini-batch count (``hier``: pieces) an allreduce of ``count`` elements would run
+        with (None for algorithms without them): the request or default, raised to fit the slots."""
         on_gpu = self.gpu if gpu is None else gpu
         dtype = np.dtype(dtype)
         memory = Memory.CUDA if on_gpu else Memory.HOST
-        row = self._resolve(int(count) * dtype.itemsize, memory, algorithm)
+        row = self._dispatch.row(int(count) * dtype.itemsize, memory, algorithm)
         if row.batches is None:
             return None
-        return row.batches(self._backend(memory), int(count), dtype, batches)
+        return row.batches(self._dispatch.backend(memory), int(count), dtype, batches)
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -377,7 +332,8 @@ class Communicator:
                 board, self.board = self.board, None
                 board.close(abandon=failed)
         finally:
-            self.node.Free()
+            if self.groups is not None:
+                self.groups.free()
             self.comm.Free()
         if error is not None:
             raise error

@@ -6,6 +6,8 @@ Ordering rules, per transfer t with sequence number ``seq`` and slot ``seq % 2``
    of the slot (``seq - 2``): a slot is never overwritten before its reader is done.
 2. After the copy, post "full"; the next rank folds only after waiting for it.
 3. After the fold, post "free"; that is what step 1 of the writer two transfers later waits for.
+4. In a compact reduce-scatter, a fold waits until the send of its own transfer ran: the send
+   reads the partial sum that the fold overwrites (``RingPlan.fold_after_send``).
 
 Signals are sequence numbers that only grow, so a wait is never satisfied by an older
 signal. The host transport executes each step at once (waits spin on the host); the CUDA IPC
@@ -36,7 +38,8 @@ class RingPipeline:
         self.next_seq = FIRST_SEQ  # sequence number of the next transfer; grows forever
 
     def run(self, plan: RingPlan, call: CallBuffers) -> None:
-        """Allreduce ``call`` following ``plan``; returns once all work is enqueued."""
+        """Run ``plan`` (an allreduce, or one of its phases) on ``call``; returns once all work
+        is enqueued."""
         link = self.transport
         link.begin(call)
         if plan.size == 1:
@@ -54,10 +57,14 @@ class RingPipeline:
                     if seq - SLOTS >= FIRST_SEQ:  # a slot's first use has nothing to wait for
                         link.wait_slot_free(slot, seq - SLOTS)
                     link.send(slot, tr.source, tr.send_start, tr.send_count)
+                    if plan.fold_after_send:
+                        link.mark_sent(tr.index)
                     link.post_slot_full(slot, seq)
                 else:
                     link.wait_slot_full(slot, seq)
-                    link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce)
+                    if plan.fold_after_send:  # rule 4: the send of this transfer read our piece
+                        link.wait_sent(tr.index)
+                    link.fold(slot, tr.recv_start, tr.recv_count, tr.reduce, tr.out_start)
                     link.post_slot_free(slot, seq)
         except MpiringTimeoutError as err:  # the waiter knows whom it waited for; we know where
             locate(err, plan, tr, is_send, seq)

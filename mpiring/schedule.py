@@ -1,9 +1,19 @@
-"""The ring allreduce schedule as pure data: no MPI, no device, no buffers.
+"""The ring schedule as pure data: no MPI, no device, no buffers.
 
-The message of ``count`` elements is cut into ``size * batches`` chunks: mini-batch ``m`` owns
-chunks ``m*size .. m*size + size-1``, and inside a mini-batch chunk ``j`` is the ring's j-th
-chunk. A ring allreduce runs ``size - 1`` reduce-scatter steps, then ``size - 1`` all-gather
-steps; at every step each mini-batch moves one chunk from every rank to the next rank.
+The message of ``count`` elements is cut into ``size`` blocks (block ``r`` is rank ``r``'s
+share, sizes differing by at most one), and every block into ``batches`` pieces: a chunk is
+one piece of one block, and mini-batch ``m`` moves piece ``m`` of every block. A ring
+allreduce runs ``size - 1`` reduce-scatter steps, then ``size - 1`` all-gather steps; at every
+step each mini-batch moves one chunk from every rank to the next rank. The ring's chunk ``j``
+is block ``(j - 1) % size``, so reduce-scatter leaves rank ``r`` holding block ``r`` reduced
+over all ranks (``Reduce_scatter_block``'s result), which is what all-gather starts from.
+
+A plan runs one :class:`Phase`: both halves (allreduce), or one of them alone
+(reduce-scatter, all-gather: the phases a hierarchical allreduce puts an inter-node step
+between). A *compact* reduce-scatter writes into an output that holds only block ``r``
+(``Reduce_scatter_block`` out of place): its partial sums live in the output's piece of
+their mini-batch, so a fold may overwrite a piece only after the send that reads it ran
+(:attr:`RingPlan.fold_after_send`).
 
 Transfers are numbered step-major, ``t = step * batches + batch``: consecutive transfers
 belong to different mini-batches, so the send of transfer t+1 never needs the fold of
@@ -24,6 +34,14 @@ FIRST_SEQ = 1
 SLOTS = 2  # double buffering: two receive slots per rank
 
 
+class Phase(enum.Enum):
+    """Which steps of the ring a plan runs."""
+
+    ALLREDUCE = "allreduce"  # reduce-scatter, then all-gather: every rank ends with everything
+    REDUCE_SCATTER = "reduce_scatter"  # rank r ends with block r reduced over all ranks
+    ALLGATHER = "allgather"  # rank r starts with block r in its output; ends with all blocks
+
+
 class Source(enum.Enum):
     """Where a send reads its chunk: the caller's input, or the output being built."""
 
@@ -35,11 +53,13 @@ class Source(enum.Enum):
 class Transfer:
     """One rank's part of one transfer: the chunk it sends on, and the chunk it takes in.
 
-    ``send_*`` is read from ``source`` and copied into the next rank's receive slot;
-    ``recv_*`` arrives in this rank's slot from the previous rank and is folded into the
-    output: ``out = in (op) slot`` when ``reduce`` (reduce-scatter), ``out = slot`` when not
-    (all-gather). ``depends_on`` is the transfer whose fold produced the chunk being sent
-    (None when the send reads the untouched input).
+    ``send_count`` elements are read from ``source`` at ``send_start`` and copied into the
+    next rank's receive slot; ``recv_count`` arrive in this rank's slot from the previous rank
+    and are folded into the output at ``out_start``: ``out = in[recv_start:] (op) slot`` when
+    ``reduce`` (reduce-scatter), ``out = slot`` when not (all-gather). Offsets are elements
+    into the buffer they address (``out_start == recv_start`` except in a compact plan).
+    ``depends_on`` is the transfer whose fold produced the chunk being sent (None when the send
+    reads the untouched input, or the block an all-gather starts from).
     """
 
     index: int
@@ -52,15 +72,20 @@ class Transfer:
     recv_count: int
     reduce: bool
     depends_on: int | None
+    out_start: int
 
 
 @dataclass(frozen=True)
 class RingPlan:
-    """The full schedule of a ring allreduce of ``count`` elements over ``size`` ranks."""
+    """The schedule of one ring call: ``count`` elements over ``size`` ranks in ``batches``
+    mini-batches, running ``phase``; ``compact`` (reduce-scatter only): the output holds block
+    ``r`` alone, so ``count`` must divide by ``size``."""
 
     size: int
     count: int
     batches: int
+    phase: Phase = Phase.ALLREDUCE
+    compact: bool = False
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -69,54 +94,83 @@ class RingPlan:
             raise ValueError(f"element count must be >= 0, got {self.count}")
         if self.batches < 1:
             raise ValueError(f"mini-batch count must be >= 1, got {self.batches}")
+        if self.compact and (self.phase is not Phase.REDUCE_SCATTER or self.count % self.size):
+            raise ValueError("a compact plan is a reduce-scatter of a count that divides by the size")
 
     @property
     def steps(self) -> int:
-        """Reduce-scatter plus all-gather steps."""
-        return 2 * (self.size - 1)
+        """Ring steps: reduce-scatter plus all-gather, or one of them."""
+        return (2 if self.phase is Phase.ALLREDUCE else 1) * (self.size - 1)
 
     @property
     def num_transfers(self) -> int:
         return self.steps * self.batches
 
+    @property
+    def fold_after_send(self) -> bool:
+        """Whether a fold must wait until the send of the same transfer ran: in a compact plan
+        both touch the output's piece of their mini-batch (the send reads the old partial sum,
+        the fold writes the new one)."""
+        return self.compact
+
     @cached_property
-    def bounds(self) -> tuple[tuple[int, int], ...]:
-        """(start, stop) of every chunk, indexed ``batch * size + ring_chunk``."""
-        return chunk_bounds(self.count, self.size * self.batches)
+    def blocks(self) -> tuple[tuple[int, int], ...]:
+        """(start, stop) of every rank's block."""
+        return chunk_bounds(self.count, self.size)
+
+    @cached_property
+    def pieces(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """Per block, the (start, stop) of its mini-batch pieces, relative to the block."""
+        return tuple(chunk_bounds(stop - start, self.batches) for start, stop in self.blocks)
 
     @property
     def max_chunk(self) -> int:
         """Elements in the largest chunk: what one receive slot must hold."""
-        return -(-self.count // (self.size * self.batches))
+        block = -(-self.count // self.size)  # ceiling divisions
+        return -(-block // self.batches)
+
+    def block_of(self, ring_chunk: int) -> int:
+        """The block that the ring's chunk ``ring_chunk`` (any integer, taken modulo the size)
+        is a piece of: shifted by one so that reduce-scatter ends with block r on rank r."""
+        return (ring_chunk - 1) % self.size
 
     def chunk(self, batch: int, ring_chunk: int) -> tuple[int, int]:
         """(start, count) of ring chunk ``ring_chunk`` of mini-batch ``batch``."""
-        start, stop = self.bounds[batch * self.size + ring_chunk % self.size]
-        return start, stop - start
+        block = self.block_of(ring_chunk)
+        lo, hi = self.pieces[block][batch]
+        start = self.blocks[block][0] + lo
+        return start, hi - lo
+
+    def _out(self, batch: int, ring_chunk: int, start: int) -> int:
+        """Where a chunk lives in the output: in place, or (compact) at its piece of the block."""
+        return self.pieces[self.block_of(ring_chunk)][batch][0] if self.compact else start
 
     def transfer(self, rank: int, index: int) -> Transfer:
         """What ``rank`` sends and receives in transfer ``index``."""
         n = self.size
         step, batch = divmod(index, self.batches)
-        if step < n - 1:  # reduce-scatter: pass on the partial sum, fold in the neighbour's
+        gather_step = step - (n - 1) if self.phase is Phase.ALLREDUCE else step
+        if self.phase is Phase.ALLGATHER or (self.phase is Phase.ALLREDUCE and step >= n - 1):
+            # all-gather: pass on a finished chunk, store the neighbour's
+            send_chunk, recv_chunk, reduce = rank + 1 - gather_step, rank - gather_step, False
+        else:  # reduce-scatter: pass on the partial result, fold in the neighbour's
             send_chunk, recv_chunk, reduce = rank - step, rank - step - 1, True
-        else:  # all-gather: pass on a finished chunk, store the neighbour's
-            j = step - (n - 1)
-            send_chunk, recv_chunk, reduce = rank + 1 - j, rank - j, False
         send_start, send_count = self.chunk(batch, send_chunk)
         recv_start, recv_count = self.chunk(batch, recv_chunk)
         first = step == 0
+        from_input = first and self.phase is not Phase.ALLGATHER
         return Transfer(
             index=index,
             step=step,
             batch=batch,
-            source=Source.INPUT if first else Source.OUTPUT,
-            send_start=send_start,
+            source=Source.INPUT if from_input else Source.OUTPUT,
+            send_start=send_start if from_input else self._out(batch, send_chunk, send_start),
             send_count=send_count,
             recv_start=recv_start,
             recv_count=recv_count,
             reduce=reduce,
             depends_on=None if first else index - self.batches,
+            out_start=self._out(batch, recv_chunk, recv_start),
         )
 
     def transfers(self, rank: int) -> list[Transfer]:
@@ -169,6 +223,8 @@ def choose_batches(
     wanted = default if requested is None else requested
     if wanted < 1:
         raise ValueError(f"mini-batch count must be >= 1, got {wanted}")
+    # A chunk is a piece of a block of ceil(count / size) elements, and for integers
+    # ceil(ceil(count / size) / b) <= slot exactly when b >= ceil(count / (size * slot)).
     needed = math.ceil(count / (size * slot_elems)) if count else 1
     if requested is None:
         wanted = min(wanted, max(1, count // size))

@@ -7,13 +7,15 @@ No MPI, no device.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .errors import MpiringTimeoutError
 from .schedule import FIRST_SEQ, SLOTS, RingPlan, Transfer, rank_script
 
 
 def locate(err: MpiringTimeoutError, plan: RingPlan, tr: Transfer, is_send: bool, seq: int) -> None:
     """Add to a timed-out wait where in the ring call it happened."""
-    phase = "reduce-scatter" if tr.step < plan.size - 1 else "all-gather"
+    phase = "reduce-scatter" if tr.reduce else "all-gather"
     step = f"{tr.step + 1} of {plan.steps} ({phase})"
     where = (f"in the ring algorithm, step {step}, batch {tr.batch + 1} of {plan.batches}, "
              f"{'send' if is_send else 'fold'} of transfer seq {seq}")
@@ -39,11 +41,14 @@ def ring_stall(plan: RingPlan, rank: int, base: int, full: tuple[int, int],
 
 
 def stall_error(plan: RingPlan, rank: int, base: int, full: tuple[int, int], free: tuple[int, int],
-                timeout: float, hint: str) -> MpiringTimeoutError:
-    """The timeout error of a ring call stuck as the flags say (see :func:`ring_stall`)."""
+                timeout: float, hint: str, names: Sequence[int] | None = None) -> MpiringTimeoutError:
+    """The timeout error of a ring call stuck as the flags say (see :func:`ring_stall`).
+    ``names[p]`` is the communicator rank at place ``p`` of the ring (default: the same numbers;
+    a ring across one node of a communicator that spans several has other names)."""
     stall = ring_stall(plan, rank, base, full, free)
+    name = list(names) if names is not None else list(range(plan.size))
     if stall is None:
-        err = MpiringTimeoutError(rank, timeout, "the ring call to finish on the GPU (no wait for a "
+        err = MpiringTimeoutError(name[rank], timeout, "the ring call to finish on the GPU (no wait for a "
                                   "peer is pending: the GPU itself is busy or hung)", hint=hint)
         return err.locate(f"in the ring algorithm, transfers seq {base}..{base + plan.num_transfers - 1}",
                           algorithm="ring")
@@ -51,10 +56,10 @@ def stall_error(plan: RingPlan, rank: int, base: int, full: tuple[int, int], fre
     slot = seq % SLOTS
     nxt, prv = (rank + 1) % plan.size, (rank - 1) % plan.size
     if is_send:
-        err = MpiringTimeoutError(rank, timeout, f"rank {nxt} to free slot {slot} (seq {seq - SLOTS})",
-                                  peer=nxt, hint=hint)
+        err = MpiringTimeoutError(name[rank], timeout, f"rank {name[nxt]} to free slot {slot} "
+                                  f"(seq {seq - SLOTS})", peer=name[nxt], hint=hint)
     else:
-        err = MpiringTimeoutError(rank, timeout, f"rank {prv} to fill slot {slot} (seq {seq})",
-                                  peer=prv, hint=hint)
+        err = MpiringTimeoutError(name[rank], timeout, f"rank {name[prv]} to fill slot {slot} "
+                                  f"(seq {seq})", peer=name[prv], hint=hint)
     locate(err, plan, tr, is_send, seq)
     return err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from mpiring import algorithms
+from mpiring.algorithms import Collective
 from mpiring.buffers import Memory
 from mpiring.ops import DTYPES, Op
 from mpiring.ops import OPS as OP_TABLE
@@ -19,8 +20,19 @@ HOST_DTYPES: list[np.dtype] = [row.numpy for row in DTYPES.values()]
 GPU_DTYPES: list[str] = [name for name in DTYPES if name != "bfloat16"]
 HOST_ALGORITHMS: list[str] = list(algorithms.names(Memory.HOST))
 GPU_ALGORITHMS: list[str] = list(algorithms.names(Memory.CUDA))
+# Reduce_scatter_block and Allgather: the rows that have them, per kind of memory (and auto).
+BLOCK_COLLECTIVES: list[Collective] = [Collective.REDUCE_SCATTER, Collective.ALLGATHER]
+
+
+def block_algorithms(memory: Memory, collective: Collective) -> list[str]:
+    return list(algorithms.names(memory, collective=collective))
 # Placements: separate output, MPI.IN_PLACE, None for IN_PLACE, the same array twice, allreduce().
 PLACEMENTS: list[str] = ["out", "in_place", "none", "same", "new"]
+
+
+def block_sizes() -> list[int]:
+    """Elements per rank's block of Reduce_scatter_block / Allgather."""
+    return [0, 1, 3, 1031, (1 << 14) + 5]
 
 
 def sizes(nranks: int) -> list[int]:

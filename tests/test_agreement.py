@@ -12,7 +12,7 @@ from mpi4py import MPI
 from mpiring.agreement import FIELDS, AgreementCheck, all_ranks, join
 from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 
-GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0}
+GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1}
 
 
 class ThreadComm:

@@ -119,14 +119,15 @@ class _FakeGpu:
         return self._capturing
 
 
-def _auto(gpu: _FakeGpu, nbytes: int, rows: dict) -> str:
-    from types import SimpleNamespace
-
+def _auto(gpu: _FakeGpu, nbytes: int, rows: dict, nodes: int = 1) -> str:
+    from mpiring.algorithms import Collective
     from mpiring.buffers import Memory
-    from mpiring.communicator import Communicator
+    from mpiring.dispatch import Dispatcher
+    from mpiring.topology import from_node_keys
 
-    fake = SimpleNamespace(_gpu=gpu, size=2, _tuning=table(rows))
-    return Communicator._auto_choice(fake, nbytes, Memory.CUDA)
+    topo = from_node_keys([n for n in range(nodes) for _ in range(2)])  # two ranks per node
+    dispatch = Dispatcher("auto", None, None, table(rows), topo, host=None, gpu=gpu)
+    return dispatch._auto_choice(nbytes, Memory.CUDA, Collective.ALLREDUCE)
 
 
 def test_auto_asks_about_graph_capture_only_for_a_row_that_cannot_be_captured() -> None:
@@ -143,3 +144,9 @@ def test_auto_asks_about_graph_capture_only_for_a_row_that_cannot_be_captured() 
 def test_auto_moves_past_a_size_limit() -> None:
     gpu = _FakeGpu(capturing=False, oneshot_limit=1024)
     assert _auto(gpu, 4096, {"2": [[1 << 20, "oneshot"], [None, "ring"]]}) == "twoshot"
+
+
+def test_auto_runs_hier_across_nodes() -> None:
+    gpu = _FakeGpu(capturing=False)
+    assert _auto(gpu, 1024, {"2": [[None, "oneshot"]]}, nodes=2) == "hier"
+    assert gpu.asked == 0

@@ -233,7 +233,7 @@ def test_serial_end_to_end(tmp_path):
     assert len(list(tmp_path.glob("t_*.png"))) == 2  # main figure and batch sweep
     with csvs[0].open() as f:
         rows = list(csv.DictReader(f))
-    # 5 sizes x (mpi x 2 placements + ring x 2 batches x 2 placements)
-    assert len(rows) == 5 * 6
+    # 5 sizes x (mpi x 2 placements + (ring, hier) x 2 batches x 2 placements)
+    assert len(rows) == 5 * 10
     assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
-    assert {r["algo"] for r in rows} == {"mpi", "ring"}
+    assert {r["algo"] for r in rows} == {"mpi", "ring", "hier"}

@@ -20,7 +20,7 @@ from mpiring.bench.stats import Stats
 
 def test_default_and_requested_algorithms():
     run, base, unavailable = runner._algorithms(None, gpu=True)
-    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "auto"]
+    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "hier", "auto"]
     assert base == "nccl"
     assert unavailable == {}
     run, base, unavailable = runner._algorithms(("auto", "ring", "nccl"), gpu=False)

@@ -477,3 +477,15 @@ def test_check_pair_memory_kinds() -> None:
     device = Buffer(Memory.CUDA, 0x1000, 4, np.dtype(np.float32), False, None, None)
     with pytest.raises(InvalidArgumentError, match="sendbuf is in host memory but recvbuf in cuda memory"):
         check_pair(host, device)
+
+
+def test_part_is_a_view_of_the_same_memory() -> None:
+    x = np.arange(10, dtype=np.float32)
+    buf = describe(x, "recvbuf")
+    part = buf.part(3, 4)
+    assert (part.address - buf.address, part.count, part.dtype) == (12, 4, buf.dtype)
+    part.array[:] = -1
+    assert x.tolist() == [0, 1, 2, -1, -1, -1, -1, 7, 8, 9]
+    assert buf.part(10, 0).count == 0
+    with pytest.raises(ValueError, match="outside"):
+        buf.part(8, 3)

@@ -7,7 +7,7 @@ import pytest
 
 from mpiring.ops import Op
 from mpiring.pipeline import RingPipeline
-from mpiring.schedule import FIRST_SEQ, SLOTS, RingPlan, Source, issue_order
+from mpiring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, Source, issue_order
 from mpiring.transports.base import CallBuffers, RingTransport
 
 
@@ -36,8 +36,14 @@ class RecordingTransport(RingTransport):
     def wait_slot_full(self, slot: int, seq: int) -> None:
         self.calls.append(("wait_full", slot, seq))
 
-    def fold(self, slot: int, start: int, count: int, reduce: bool) -> None:
-        self.calls.append(("fold", slot, start, count, reduce))
+    def fold(self, slot: int, start: int, count: int, reduce: bool, out_start: int) -> None:
+        self.calls.append(("fold", slot, start, count, reduce, out_start))
+
+    def mark_sent(self, index: int) -> None:
+        self.calls.append(("mark_sent", index))
+
+    def wait_sent(self, index: int) -> None:
+        self.calls.append(("wait_sent", index))
 
     def post_slot_free(self, slot: int, seq: int) -> None:
         self.calls.append(("post_free", slot, seq))
@@ -69,10 +75,14 @@ def expected_calls(plan: RingPlan, rank: int, base: int, in_place: bool) -> list
             if seq - SLOTS >= FIRST_SEQ:
                 calls.append(("wait_free", slot, seq - SLOTS))
             calls.append(("send", slot, tr.source, tr.send_start, tr.send_count))
+            if plan.compact:
+                calls.append(("mark_sent", t))
             calls.append(("post_full", slot, seq))
         else:
             calls.append(("wait_full", slot, seq))
-            calls.append(("fold", slot, tr.recv_start, tr.recv_count, tr.reduce))
+            if plan.compact:
+                calls.append(("wait_sent", t))
+            calls.append(("fold", slot, tr.recv_start, tr.recv_count, tr.reduce, tr.out_start))
             calls.append(("post_free", slot, seq))
     return [*calls, ("end",)]
 
@@ -105,3 +115,26 @@ def test_pipeline_ring_of_one(in_place: bool, want: list[str]) -> None:
     pipe.run(RingPlan(1, 100, 3), call_buffers(100, in_place))
     assert [c[0] for c in link.calls] == want
     assert pipe.next_seq == FIRST_SEQ
+
+
+@pytest.mark.parametrize("phase", [Phase.REDUCE_SCATTER, Phase.ALLGATHER])
+@pytest.mark.parametrize(("size", "rank"), [(2, 1), (4, 2)])
+def test_pipeline_runs_single_phases(size: int, rank: int, phase: Phase) -> None:
+    """A phase is a plan like any other: its own steps, sequence numbers continuing."""
+    link = RecordingTransport(rank, size)
+    pipe = RingPipeline(link)
+    plan = RingPlan(size, 60, 2, phase)
+    pipe.run(plan, call_buffers(60, True))
+    assert link.calls == expected_calls(plan, rank, FIRST_SEQ, True)
+    assert pipe.next_seq == FIRST_SEQ + 2 * (size - 1)
+
+
+def test_compact_plan_orders_every_fold_after_its_own_send() -> None:
+    """Rule 4: in a compact reduce-scatter each fold t waits for send t, which came before it."""
+    link = RecordingTransport(1, 4)
+    plan = RingPlan(4, 64, 2, Phase.REDUCE_SCATTER, compact=True)
+    RingPipeline(link).run(plan, call_buffers(16, False))
+    assert link.calls == expected_calls(plan, 1, FIRST_SEQ, False)
+    names = [c[:2] for c in link.calls]
+    for t in range(plan.num_transfers):
+        assert names.index(("mark_sent", t)) < names.index(("wait_sent", t))

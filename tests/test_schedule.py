@@ -65,6 +65,7 @@ def simulate(plan: RingPlan, inputs: list[np.ndarray], op: Op, in_place: bool) -
             slots[dst][: tr.send_count] = src[tr.send_start : tr.send_start + tr.send_count]
         for r, tr in enumerate(trs):
             part = slice(tr.recv_start, tr.recv_start + tr.recv_count)
+            assert tr.out_start == tr.recv_start  # only a compact plan moves the output
             data = slots[r][: tr.recv_count]
             outs[r][part] = op.ufunc(ins[r][part], data) if tr.reduce else data
     return outs

@@ -1,14 +1,17 @@
 """The algorithm table: every allreduce mpiring can run, one :class:`Algorithm` row each.
 
-    ring         both   the copy-engine ring (ring.py)
-    ring-events  GPU    the same ring signalled by interprocess events (ring_events.py)
-    oneshot      GPU    one-kernel, latency (direct.py)
-    twoshot      GPU    one-kernel, bandwidth (direct.py)
-    nccl         GPU    ncclAllReduce (nccl.py)
-    nccl-ring    GPU    send/recv ring baseline (nccl.py)
-    mpi          host   MPI.Allreduce (mpi.py)
+    ring         both   one node   the copy-engine ring (ring.py)
+    ring-events  GPU    one node   the same ring signalled by interprocess events (ring_events.py)
+    oneshot      GPU    one node   one-kernel, latency (direct.py)
+    twoshot      GPU    one node   one-kernel, bandwidth (direct.py)
+    nccl         GPU    any        ncclAllReduce (nccl.py)
+    nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
+    mpi          host   any        MPI.Allreduce (mpi.py)
+    hier         both   any        ring in each node, NCCL/MPI between nodes (hier.py)
 
-plus ``auto``, which is no row: it picks a row per message size (:mod:`.auto`). Everything
+plus ``auto``, which is no row: it picks a row per message size (:mod:`.auto`), and ``hier``
+wherever the communicator spans nodes. Rows with ``reduce_scatter``/``allgather`` entries
+serve ``Reduce_scatter_block``/``Allgather`` too. Everything
 that lists, codes, checks or dispatches algorithms reads this table through the functions
 below; :func:`register` adds a row at run time (every rank must register the same rows).
 """
@@ -17,8 +20,8 @@ from __future__ import annotations
 
 from ..buffers import Memory
 from ..errors import InvalidArgumentError
-from . import direct, mpi, nccl, ring, ring_events
-from .base import BOTH, GPU, HOST, Algorithm, Call
+from . import direct, hier, mpi, nccl, ring, ring_events
+from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
 
 AUTO = "auto"
 
@@ -42,7 +45,7 @@ def unregister(name: str) -> None:
 
 
 for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, nccl.NCCL, nccl.NCCL_RING,
-             mpi.ROW):
+             mpi.ROW, hier.ROW):
     register(_row)
 
 
@@ -51,9 +54,11 @@ def rows() -> tuple[Algorithm, ...]:
     return tuple(_TABLE.values())
 
 
-def names(memory: Memory | None = None, *, with_auto: bool = True) -> tuple[str, ...]:
-    """Every name users may pass (``auto`` last), or those serving ``memory``."""
-    out = tuple(a.name for a in _TABLE.values() if memory is None or a.serves(memory))
+def names(memory: Memory | None = None, *, with_auto: bool = True,
+          collective: Collective = Collective.ALLREDUCE) -> tuple[str, ...]:
+    """Every name users may pass for ``collective`` (``auto`` last), or those serving ``memory``."""
+    out = tuple(a.name for a in _TABLE.values()
+                if (memory is None or a.serves(memory)) and a.runner(collective) is not None)
     return out + ((AUTO,) if with_auto else ())
 
 
@@ -90,21 +95,27 @@ def auto_candidates(memory: Memory = Memory.CUDA) -> tuple[str, ...]:
     return tuple(a.name for a in _TABLE.values() if a.auto and a.serves(memory))
 
 
-AUTO_SUMMARY = ("picks per message size from a tuning table measured on the machine (rows marked "
-                "auto; see below)")
+AUTO_SUMMARY = ("on one node: per message size from a tuning table measured on the machine (rows "
+                "marked auto; see below); across nodes: `hier`")
+_SHORT = {Collective.ALLREDUCE: "AR", Collective.REDUCE_SCATTER: "RS", Collective.ALLGATHER: "AG"}
 
 
 def markdown_table() -> str:
-    """The README's table of algorithms, rendered from the rows (a test keeps them in step)."""
-    lines = ["| `algorithm=` | memory | what | best for | batched | CUDA graph | auto picks it |",
-             "| --- | --- | --- | --- | --- | --- | --- |",
-             f"| `{AUTO}` (default) | GPU and host | {AUTO_SUMMARY} | everything | | | |"]
+    """The README's table of algorithms, rendered from the rows (a test keeps them in step).
+    Collectives: AR allreduce, RS ``Reduce_scatter_block``, AG ``Allgather``."""
+    lines = ["| `algorithm=` | memory | nodes | collectives | what | best for | batched | CUDA graph "
+             "| auto picks it |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+             f"| `{AUTO}` (default) | GPU and host | any | AR RS AG | {AUTO_SUMMARY} | everything | | | |"]
     for a in _TABLE.values():
         graph = "yes" if a.graph_capturable else ("no" if a.serves(Memory.CUDA) else "")
-        lines.append(f"| `{a.name}` | {a.describe_memory()} | {a.summary} | {a.best_for} | "
-                     f"{'yes' if a.batched else ''} | {graph} | {'yes' if a.auto else ''} |")
+        nodes = "any" if a.scope is Scope.ANY else "one"
+        kinds = " ".join(_SHORT[c] for c in a.collectives())
+        lines.append(f"| `{a.name}` | {a.describe_memory()} | {nodes} | {kinds} | {a.summary} | "
+                     f"{a.best_for} | {'yes' if a.batched else ''} | {graph} | {'yes' if a.auto else ''} |")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "auto_candidates", "by_code", "check_name",
-           "get", "markdown_table", "name_of_code", "names", "register", "rows", "unregister"]
+__all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "Collective", "Scope", "auto_candidates",
+           "by_code", "check_name", "get", "markdown_table", "name_of_code", "names", "register", "rows",
+           "unregister"]

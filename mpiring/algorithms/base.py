@@ -1,19 +1,24 @@
 """What an algorithm is: one record (:class:`Algorithm`) in the table of ``mpiring.algorithms``.
 
-An algorithm module defines a ``run(backend, call)`` and one ``ROW``; the table lists the rows.
+An algorithm module defines a ``run(backend, call)`` (the allreduce; ``reduce_scatter`` and
+``allgather`` where it has them) and one ``ROW``; the table lists the rows.
 Everything else — dispatch, ``auto``'s candidates, the agreement check's codes, the bench's
 ``--algo`` choices, the tuner, the README's table — reads the rows, so adding an algorithm is
 one module plus one row (or :func:`mpiring.algorithms.register` at run time).
 
-Reference semantics of every row's ``run``, as plain code (what each rank's ``recv`` holds
-afterwards, whatever the algorithm)::
+Reference semantics of every row's entries, as plain code (what each rank's ``recv`` holds
+afterwards, whatever the algorithm; ``send`` is ``recv`` itself when ``call.send`` is None)::
 
-    recv[:] = functools.reduce(op.ufunc, [send_of_rank(r) for r in range(size)])
-    # send is recv itself when call.send is None (in place)
+    total = functools.reduce(op.ufunc, [send_of_rank(q) for q in range(size)])
+    run:             recv[:] = total                                   # allreduce
+    reduce_scatter:  recv[:m] = total[rank * m:(rank + 1) * m]         # m = len(total) // size
+    allgather:       recv[:] = numpy.concatenate([send_of_rank(q) for q in range(size)])
+                     # in place: rank q's block is recv[q * m:(q + 1) * m] on rank q
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,6 +30,25 @@ from ..ops import Op
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+
+
+class Collective(enum.IntEnum):
+    """The collectives a row may implement; the values are the agreement check's wire codes."""
+
+    ALLREDUCE = 1
+    REDUCE_SCATTER = 2  # Reduce_scatter_block
+    ALLGATHER = 3
+
+    @property
+    def label(self) -> str:
+        return {1: "allreduce", 2: "Reduce_scatter_block", 3: "Allgather"}[self.value]
+
+
+class Scope(enum.Enum):
+    """Which communicators a row runs on."""
+
+    NODE = "node"  # every rank on one node: it moves data through node memory (IPC, shared memory)
+    ANY = "any"  # any communicator, on one node or many
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,9 @@ class Algorithm:
         check: further checks of a call's arguments (e.g. a dtype it cannot reduce).
         auto: whether ``algorithm="auto"`` may pick it (a tuning-table candidate).
         baseline: not mpiring's own algorithm (NCCL, MPI): the bench measures it for reference.
+        scope: ``Scope.NODE`` if it runs only where every rank is on one node.
+        reduce_scatter: ``run`` of ``Reduce_scatter_block``, if the row has one.
+        allgather: ``run`` of ``Allgather``, if the row has one.
     """
 
     name: str
@@ -82,6 +109,9 @@ class Algorithm:
     check: Check | None = None
     auto: bool = False
     baseline: bool = False
+    scope: Scope = Scope.NODE
+    reduce_scatter: Run | None = None
+    allgather: Run | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":
@@ -94,6 +124,18 @@ class Algorithm:
     @property
     def batched(self) -> bool:
         return self.batches is not None
+
+    def runner(self, collective: Collective) -> Run | None:
+        """The entry that runs ``collective``, or None if this row lacks it."""
+        return {Collective.ALLREDUCE: self.run, Collective.REDUCE_SCATTER: self.reduce_scatter,
+                Collective.ALLGATHER: self.allgather}[collective]
+
+    def collectives(self) -> tuple[Collective, ...]:
+        return tuple(c for c in Collective if self.runner(c) is not None)
+
+    def runs_on(self, nodes: int) -> bool:
+        """Whether it can run on a communicator spanning ``nodes`` nodes."""
+        return self.scope is Scope.ANY or nodes == 1
 
     def serves(self, memory: Memory) -> bool:
         return memory in self.memory

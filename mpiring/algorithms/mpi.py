@@ -1,4 +1,5 @@
-"""``mpi``: ``MPI.Allreduce`` on host arrays, the host baseline."""
+"""``mpi``: ``MPI.Allreduce`` (``Reduce_scatter_block``, ``Allgather``) on host arrays, the host
+baseline, on any number of nodes."""
 
 from __future__ import annotations
 
@@ -7,15 +8,26 @@ from typing import TYPE_CHECKING
 from mpi4py import MPI
 
 from ..errors import InvalidArgumentError
-from .base import HOST, Algorithm, Call
+from .base import HOST, Algorithm, Call, Scope
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
 
+def _send(call: Call):
+    return MPI.IN_PLACE if call.send is None else call.send.array
+
+
 def run(backend: Backend, call: Call) -> None:
-    send = MPI.IN_PLACE if call.send is None else call.send.array
-    backend.comm.Allreduce(send, call.recv.array, op=getattr(MPI, call.op.row.mpi))
+    backend.comm.Allreduce(_send(call), call.recv.array, op=getattr(MPI, call.op.row.mpi))
+
+
+def reduce_scatter(backend: Backend, call: Call) -> None:
+    backend.comm.Reduce_scatter_block(_send(call), call.recv.array, op=getattr(MPI, call.op.row.mpi))
+
+
+def allgather(backend: Backend, call: Call) -> None:
+    backend.comm.Allgather(_send(call), call.recv.array)
 
 
 def check(backend: Backend, call: Call) -> None:
@@ -25,4 +37,4 @@ def check(backend: Backend, call: Call) -> None:
 
 
 ROW = Algorithm("mpi", 4, HOST, run, summary="`MPI.Allreduce`", best_for="baseline", check=check,
-                baseline=True)
+                baseline=True, scope=Scope.ANY, reduce_scatter=reduce_scatter, allgather=allgather)

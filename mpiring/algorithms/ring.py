@@ -13,14 +13,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .base import BOTH, Algorithm, Call
+from .base import BOTH, Algorithm, Call, Collective
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
 
 def run(backend: Backend, call: Call) -> None:
-    backend.run_ring(call)
+    backend.run_ring(call, Collective.ALLREDUCE)
+
+
+def reduce_scatter(backend: Backend, call: Call) -> None:
+    """The ring's reduce-scatter steps alone: rank r ends with block r."""
+    backend.run_ring(call, Collective.REDUCE_SCATTER)
+
+
+def allgather(backend: Backend, call: Call) -> None:
+    """The ring's all-gather steps alone, from block r on rank r."""
+    backend.run_ring(call, Collective.ALLGATHER)
 
 
 def batches(backend: Backend, count: int, dtype: np.dtype, asked: int | None) -> int:
@@ -32,5 +42,5 @@ ROW = Algorithm(
     summary="the double-buffered asynchronous ring on copy engines (AsyncAllReduce); GPU-signalled "
             "(stream memory operations on flags)",
     best_for="large messages, and overlap with compute",
-    batches=batches, auto=True,
+    batches=batches, auto=True, reduce_scatter=reduce_scatter, allgather=allgather,
 )

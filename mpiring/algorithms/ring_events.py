@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import GPU, Algorithm, Call
+from .base import GPU, Algorithm, Call, Collective
 from .ring import batches
 
 if TYPE_CHECKING:
@@ -21,7 +21,15 @@ if TYPE_CHECKING:
 
 
 def run(backend: Backend, call: Call) -> None:
-    backend.run_ring(call, events=True)
+    backend.run_ring(call, Collective.ALLREDUCE, events=True)
+
+
+def reduce_scatter(backend: Backend, call: Call) -> None:
+    backend.run_ring(call, Collective.REDUCE_SCATTER, events=True)
+
+
+def allgather(backend: Backend, call: Call) -> None:
+    backend.run_ring(call, Collective.ALLGATHER, events=True)
 
 
 ROW = Algorithm(
@@ -29,5 +37,5 @@ ROW = Algorithm(
     summary="the same ring, signalled the seed's way: interprocess CUDA events, host-ordered "
             "`cudaStreamWaitEvent`",
     best_for="comparison with `ring` (the seed's design)",
-    batches=batches,
+    batches=batches, reduce_scatter=reduce_scatter, allgather=allgather,
 )

@@ -1,8 +1,10 @@
-"""The face every backend shows the communicator and the algorithms."""
+"""The face every backend shows the communicator and the algorithms, and the one rule that maps
+each collective onto a ring plan (:func:`ring_shape`, pure)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,23 +12,70 @@ from mpi4py import MPI
 
 from ..buffers import Buffer, Memory
 from ..errors import InvalidArgumentError, MpiringError
+from ..schedule import Phase
 
 if TYPE_CHECKING:
-    from ..algorithms.base import Call
+    from ..algorithms.base import Call, Collective
+    from ..groups import Groups
+
+
+@dataclass(frozen=True)
+class RingShape:
+    """How one call of a collective runs as a ring plan over the ``size`` ranks of a node.
+
+    ``count`` elements are the full vector the plan covers; ``in_place``: the ring reads its
+    input from ``recv``; ``gather_first``: copy ``send`` into ``recv``'s block ``rank`` before
+    the ring (all-gather out of place); ``front``: copy block ``rank`` of ``recv`` to its start
+    after the ring (reduce-scatter in place, where MPI puts the result)."""
+
+    phase: Phase
+    count: int
+    compact: bool
+    in_place: bool
+    gather_first: bool
+    front: bool
+    block: int  # elements per rank's block (reduce-scatter, all-gather); the count for allreduce
+
+
+def ring_shape(collective: Collective, call: Call, rank: int, size: int) -> RingShape:
+    """The ring plan's shape for ``call`` (already checked: ``send``/``recv`` sizes fit)."""
+    from ..algorithms.base import Collective
+
+    recv, send = call.recv, call.send
+    if collective is Collective.ALLREDUCE:
+        return RingShape(Phase.ALLREDUCE, recv.count, False, send is None, False, False, recv.count)
+    if collective is Collective.REDUCE_SCATTER:
+        if send is None:  # recv holds size blocks; the result goes to its start
+            m = recv.count // size
+            return RingShape(Phase.REDUCE_SCATTER, recv.count, False, True, False, rank > 0 and m > 0, m)
+        return RingShape(Phase.REDUCE_SCATTER, send.count, True, False, False, False, recv.count)
+    m = recv.count // size  # all-gather: always in place on recv, after putting send there
+    return RingShape(Phase.ALLGATHER, recv.count, False, True, send is not None, False, m)
 
 
 class Backend(ABC):
     """One kind of memory's machinery for one communicator.
 
-    ``comm`` is the communicator's own MPI duplicate (every rank), ``node`` its ranks on this
-    node. Methods an algorithm needs but this backend lacks raise :class:`InvalidArgumentError`
-    (the algorithm table's ``memory`` column keeps that from happening).
+    ``groups`` holds the communicator's MPI groups: ``comm`` (every rank), ``node`` (this
+    node's ranks, which the ring and the one-launch kernels run over) and ``rail`` (this
+    rank's place on every node, which the inter-node engine joins). Methods an algorithm needs
+    but this backend lacks raise :class:`InvalidArgumentError` (the algorithm table's
+    ``memory`` column keeps that from happening).
     """
 
     memory: Memory
+    groups: Groups
     comm: MPI.Intracomm
     rank: int
     size: int
+
+    @property
+    def node_rank(self) -> int:
+        return self.groups.node.rank
+
+    @property
+    def node_size(self) -> int:
+        return self.groups.node.size
 
     # -- every backend -------------------------------------------------------------------
 
@@ -51,12 +100,22 @@ class Backend(ABC):
     # -- what algorithms call (see mpiring/algorithms) -----------------------------------
 
     @abstractmethod
-    def run_ring(self, call: Call, events: bool = False) -> None:
-        """The double-buffered ring (``events``: the interprocess-event signalled variant)."""
+    def run_ring(self, call: Call, collective: Collective, events: bool = False) -> None:
+        """The double-buffered ring over this node's ranks, running ``collective`` (``events``:
+        the interprocess-event signalled variant)."""
 
     @abstractmethod
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         """Mini-batches of a ring call: as asked (or the default), raised to fit the slots."""
+
+    @abstractmethod
+    def run_hier(self, call: Call) -> None:
+        """Hierarchical allreduce: ring reduce-scatter in the node, the inter-node engine on
+        this rank's rail, ring all-gather in the node, pipelined in pieces."""
+
+    @abstractmethod
+    def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
+        """Pieces a hierarchical allreduce is pipelined in: as asked, or by size."""
 
     def _missing(self, what: str) -> InvalidArgumentError:
         return InvalidArgumentError(f"{what} is not available for {self.memory.name.lower()} memory")
@@ -68,7 +127,7 @@ class Backend(ABC):
     def run_direct(self, kind: str, call: Call) -> None:
         raise self._missing(f"the {kind} kernel")
 
-    def run_nccl(self, call: Call) -> None:
+    def run_nccl(self, call: Call, collective: Collective) -> None:
         raise self._missing("NCCL")
 
     def run_nccl_ring(self, call: Call) -> None:

@@ -20,10 +20,10 @@ from ..timeouts import TimeoutPolicy
 from ..transports.base import CallBuffers
 from ..transports.cuda_events import CudaEventTransport
 from ..transports.cuda_ipc import CudaIpcTransport
-from .base import Backend
+from .base import Backend, ring_shape
 
 if TYPE_CHECKING:
-    from ..algorithms.base import Call
+    from ..algorithms.base import Call, Collective
     from ..baselines.nccl import NcclBaselines
     from ..cuda.direct import DirectKernels
     from ..cuda.event_staging import EventStaging
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from ..cuda.memops import StreamMemOps
     from ..cuda.staging import IpcStaging
     from ..cuda.watchdog import HostStatus, Watchdog
+    from ..groups import Groups
+    from .gpu_hier import GpuHier
 
 # Two 128 MiB ring slots per rank: every transfer still costs about 9 us of GPU time, so big
 # chunks pay (1 GiB on 4 H200s: 5147 / 4703 / 4480 / 4410 us with 16 / 32 / 64 / 128 MiB slots).
@@ -66,8 +68,8 @@ class GpuBackend(Backend):
 
     memory = Memory.CUDA
 
-    def __init__(self, comm: MPI.Intracomm, node: MPI.Intracomm, board: ControlBoard,
-                 device: int | None, slot_bytes: int | None, timeouts: TimeoutPolicy) -> None:
+    def __init__(self, groups: Groups, board: ControlBoard, device: int | None,
+                 slot_bytes: int | None, timeouts: TimeoutPolicy, inter: str = "auto") -> None:
         import cupy
 
         from ..cuda.device import bind_device
@@ -81,24 +83,27 @@ class GpuBackend(Backend):
         self._cupy = cupy
         self._rt = cupy.cuda.runtime
         self._live = LIVE
-        self.comm, self.node, self.board = comm, node, board
-        self.rank, self.size = comm.rank, comm.size
+        self.groups, self.board, self.inter = groups, board, inter
+        self.comm: MPI.Intracomm = groups.comm
+        self.node: MPI.Intracomm = groups.node
+        self.rank, self.size = self.comm.rank, self.comm.size
         self.timeouts = timeouts
         self.layout: StagingLayout = staging_layout(slot_bytes)
         self.slot_bytes: int = self.layout.slot_bytes
-        self.device_id: int = bind_device(node, device, timeouts.seconds)
+        self.device_id: int = bind_device(self.node, groups.shared.rank, device, timeouts.seconds)
         self.staging: IpcStaging | None = None
         self.status: HostStatus | None = None
         self.transport: CudaIpcTransport | None = None
         self.watchdog: Watchdog | None = None
         self._events_ring: tuple[EventStaging, CudaEventTransport, RingPipeline] | None = None
         self._nccl: NcclBaselines | None = None
+        self._hier: GpuHier | None = None
         self._events: list[int] = []
         self._last_stream: Any = None
         try:
             self.status = HostStatus()
-            self.staging = IpcStaging(node, self.layout, timeouts.seconds)
-            abort_word = self.staging.addr(self.rank, self.layout.abort)
+            self.staging = IpcStaging(self.node, self.layout, timeouts.seconds)
+            abort_word = self.staging.addr(self.staging.rank, self.layout.abort)
             self.kernel: FoldKernel = FoldKernel(self.device_id, abort_word, self.status.ptr)
             self.memops: StreamMemOps = StreamMemOps(self.device_id)
             self.transport = CudaIpcTransport(self.staging, self.memops, self.kernel)
@@ -106,7 +111,8 @@ class GpuBackend(Backend):
             self.direct: DirectKernels = DirectKernels(self.staging, self.layout, self.status.ptr,
                                                        timeouts.seconds)
             self._switch_event, self._sync_event = (self._new_event() for _ in range(2))
-            self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeouts.seconds)
+            self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeouts.seconds,
+                                     groups.node_ranks)
         except BaseException as err:  # a SetupError came on every rank alike: then meet to free
             with contextlib.suppress(MpiringError):  # the set-up error is the one to report
                 self.close(abandon=not isinstance(err, SetupError))
@@ -152,13 +158,27 @@ class GpuBackend(Backend):
 
     # -- what algorithms call ------------------------------------------------------------
 
-    def run_ring(self, call: Call, events: bool = False) -> None:
-        """Enqueue one ring call on the caller's (ordered) stream, followed by the watchdog."""
+    def run_ring(self, call: Call, collective: Collective, events: bool = False) -> None:
+        """Enqueue one ring call of ``collective`` on the caller's (ordered) stream."""
         recv = call.recv
-        nb = self.ring_batches(recv.count, recv.dtype, call.batches)
-        plan = RingPlan(self.size, recv.count, nb)
+        shape = ring_shape(collective, call, self.node_rank, self.node_size)
         stream = self.ordered_stream()
-        buffers = CallBuffers(call.send, recv, recv.count, recv.dtype, call.op, stream)
+        m, r, item = shape.block, self.node_rank, recv.dtype.itemsize
+        if shape.gather_first:  # all-gather out of place: our block first, then the ring
+            self._rt.memcpyAsync(recv.address + r * m * item, call.send.address, m * item,
+                                 self._rt.memcpyDeviceToDevice, stream.ptr)
+        nb = self.ring_batches(shape.count, recv.dtype, call.batches)
+        plan = RingPlan(self.node_size, shape.count, nb, shape.phase, shape.compact)
+        send = None if shape.in_place else call.send
+        self.ring_call(plan, CallBuffers(send, recv, recv.count, recv.dtype, call.op, stream), events)
+        if shape.front:  # reduce-scatter in place: MPI's result is the start of recvbuf
+            self._rt.memcpyAsync(recv.address, recv.address + r * m * item, m * item,
+                                 self._rt.memcpyDeviceToDevice, stream.ptr)
+
+    def ring_call(self, plan: RingPlan, buffers: CallBuffers, events: bool = False) -> None:
+        """Enqueue ``plan`` on ``buffers.stream`` (work there before it runs first, work after
+        it sees the result), followed by the watchdog."""
+        stream = buffers.stream
         pipeline = self._event_pipeline() if events else self.pipeline
         pair = self.watchdog.events()
         self._rt.eventRecord(pair[0], stream.ptr)
@@ -175,8 +195,23 @@ class GpuBackend(Backend):
 
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         capacity = self.slot_bytes // np.dtype(dtype).itemsize
-        return choose_batches(count, self.size, capacity, asked,
-                              default_batches(count * np.dtype(dtype).itemsize, self.size))
+        size = self.node_size
+        return choose_batches(count, size, capacity, asked,
+                              default_batches(count * np.dtype(dtype).itemsize, size))
+
+    def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
+        from .gpu_hier import pieces
+
+        return pieces(count, np.dtype(dtype).itemsize, asked)
+
+    def run_hier(self, call: Call) -> None:
+        """The hierarchical allreduce (``mpiring.backends.gpu_hier``), set up on first use
+        (collective: every rank agreed on the algorithm before this)."""
+        if self._hier is None:
+            from .gpu_hier import GpuHier
+
+            self._hier = GpuHier(self, self.inter)
+        self._hier.run(call)
 
     def _event_pipeline(self) -> RingPipeline:
         """The event-signalled ring, set up on first use (collective: every rank agreed on the
@@ -211,11 +246,9 @@ class GpuBackend(Backend):
             self._nccl = NcclBaselines(self.comm, self.slot_bytes, self.kernel)
         return self._nccl
 
-    def run_nccl(self, call: Call) -> None:
-        nccl = self._nccl_baselines()
-        recv = call.recv
-        nccl.allreduce(call.source.address, recv.address, recv.count, recv.dtype, call.op,
-                       self.ordered_stream())
+    def run_nccl(self, call: Call, collective: Collective) -> None:
+        """``ncclAllReduce``, ``ncclReduceScatter`` or ``ncclAllGather`` over every rank."""
+        self._nccl_baselines().run(collective, call.send, call.recv, call.op, self.ordered_stream())
 
     def run_nccl_ring(self, call: Call) -> None:
         nccl = self._nccl_baselines()
@@ -273,12 +306,10 @@ class GpuBackend(Backend):
                 drained, abandon, error = False, True, err
             seen = self.failure()
             abandon = abandon or seen is not None
-        if self._nccl is not None:
-            if abandon:
-                self._nccl.abort()
-            else:
-                self._nccl.close()
-            self._nccl = None
+        for nccl in (self._nccl, self._hier):
+            if nccl is not None:
+                nccl.abort() if abandon else nccl.close()
+        self._nccl = self._hier = None
         self._last_stream = None
         if self.watchdog is not None:
             self.watchdog.close(drained)

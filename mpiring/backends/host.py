@@ -1,5 +1,6 @@
-"""Host arrays: the ring pipeline over node shared memory (the control board's payload), and
-``MPI.Allreduce`` on the communicator."""
+"""Host arrays: the ring pipeline over node shared memory (the control board's payload), the
+hierarchical allreduce (the ring inside each node, MPI between nodes), and ``MPI.Allreduce``
+on the communicator."""
 
 from __future__ import annotations
 
@@ -12,41 +13,103 @@ from ..buffers import Memory
 from ..control import ControlBoard
 from ..errors import MpiringError
 from ..pipeline import RingPipeline
-from ..schedule import RingPlan, choose_batches, default_batches
+from ..schedule import Phase, RingPlan, choose_batches, chunk_bounds, default_batches
 from ..timeouts import TimeoutPolicy
 from ..transports.base import CallBuffers
 from ..transports.host import HostTransport
-from .base import Backend
+from .base import Backend, ring_shape
 
 if TYPE_CHECKING:
-    from ..algorithms.base import Call
+    from ..algorithms.base import Call, Collective
+    from ..groups import Groups
+
+INTER_HINT = ("a rank on another node did not reach the same call, or crashed (raise MPIRING_TIMEOUT if "
+              "it is just slow); this communicator now refuses further use")
 
 
 class HostBackend(Backend):
     """The host side of one communicator: two ring slots of ``slot_bytes`` per rank in the
-    control board's payload (node shared memory), and the communicator's MPI duplicate."""
+    control board's payload (node shared memory), and the communicator's MPI groups."""
 
     memory = Memory.HOST
 
-    def __init__(self, comm: MPI.Intracomm, board: ControlBoard, slot_bytes: int,
+    def __init__(self, groups: Groups, board: ControlBoard, slot_bytes: int,
                  timeouts: TimeoutPolicy) -> None:
-        self.comm = comm
-        self.rank, self.size = comm.rank, comm.size
-        self.transport = HostTransport(board.shared, slot_bytes, timeouts)
+        self.groups = groups
+        self.comm = groups.comm
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.waiter = timeouts.waiter(self.rank)
+        self.transport = HostTransport(board.shared, slot_bytes, timeouts, groups.node_ranks)
         self.pipeline = RingPipeline(self.transport)
 
-    def run_ring(self, call: Call, events: bool = False) -> None:
+    def run_ring(self, call: Call, collective: Collective, events: bool = False) -> None:
         if events:
             raise self._missing("the event-signalled ring")
-        recv, src = call.recv, call.source
-        nb = self.ring_batches(recv.count, recv.dtype, call.batches)
-        self.pipeline.run(RingPlan(self.size, recv.count, nb),
-                          CallBuffers(None if call.send is None else src.array, recv.array, recv.count,
-                                      recv.dtype, call.op))
+        shape = ring_shape(collective, call, self.node_rank, self.node_size)
+        recv, dtype = call.recv.array, call.recv.dtype
+        m, r = shape.block, self.node_rank
+        if shape.gather_first:
+            np.copyto(recv[r * m:(r + 1) * m], call.send.array)
+        nb = self.ring_batches(shape.count, dtype, call.batches)
+        send = None if shape.in_place else call.send.array
+        self.pipeline.run(RingPlan(self.node_size, shape.count, nb, shape.phase, shape.compact),
+                          CallBuffers(send, recv, call.recv.count, dtype, call.op))
+        if shape.front:
+            np.copyto(recv[:m], recv[r * m:(r + 1) * m])
 
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
-        return choose_batches(count, self.size, self.transport.slot_capacity(dtype), asked,
-                              default_batches(count * np.dtype(dtype).itemsize, self.size))
+        size = self.node_size
+        return choose_batches(count, size, self.transport.slot_capacity(dtype), asked,
+                              default_batches(count * np.dtype(dtype).itemsize, size))
+
+    # -- hierarchical allreduce ------------------------------------------------------------
+
+    def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
+        """One piece unless asked: the host steps run one after the other anyway."""
+        return max(1, min(asked or 1, count or 1))
+
+    def run_hier(self, call: Call) -> None:
+        """Per piece: ring reduce-scatter in the node, ``MPI_Allreduce`` of this rank's block
+        on its rail, ring all-gather in the node. Uneven nodes: ring allreduce in the node, the
+        node leaders' allreduce (rail 0), and a broadcast from the leader in the node."""
+        recv, op = call.recv, call.op
+        send = None if call.send is None else call.send.array
+        if not self.groups.topology.even:
+            return self._hier_uneven(call)
+        L, r = self.node_size, self.node_rank
+        pieces = self.hier_pieces(recv.count, recv.dtype, call.batches)
+        for lo, hi in chunk_bounds(recv.count, pieces):
+            n = hi - lo
+            part = recv.array[lo:hi]
+            nb = self.ring_batches(n, recv.dtype, None)
+            scatter = RingPlan(L, n, nb, Phase.REDUCE_SCATTER)
+            self.pipeline.run(scatter, CallBuffers(None if send is None else send[lo:hi], part, n,
+                                                   recv.dtype, op))
+            b0, b1 = scatter.blocks[r]
+            self._inter(self.groups.rail, part[b0:b1], op, "the inter-node allreduce on its rail")
+            self.pipeline.run(RingPlan(L, n, nb, Phase.ALLGATHER),
+                              CallBuffers(None, part, n, recv.dtype, op))
+
+    def _hier_uneven(self, call: Call) -> None:
+        recv = call.recv
+        nb = self.ring_batches(recv.count, recv.dtype, None)
+        self.pipeline.run(RingPlan(self.node_size, recv.count, nb),
+                          CallBuffers(None if call.send is None else call.send.array, recv.array,
+                                      recv.count, recv.dtype, call.op))
+        if self.node_rank == 0:  # rail 0 holds one rank of every node: the leaders
+            self._inter(self.groups.rail, recv.array, call.op, "the node leaders' allreduce")
+        node = self.groups.node
+        self.waiter.request(node.Ibcast(recv.array, root=0),
+                            lambda: "its node leader to broadcast the result", hint=INTER_HINT,
+                            buffers=(recv.array,))
+
+    def _inter(self, comm: MPI.Intracomm, data: np.ndarray, op, what: str) -> None:
+        """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout."""
+        if comm.size == 1 or data.size == 0:
+            return
+        request = comm.Iallreduce(MPI.IN_PLACE, data, op=getattr(MPI, op.row.mpi))
+        self.waiter.request(request, lambda: f"every node to join {what}", hint=INTER_HINT,
+                            buffers=(data,))
 
     def close(self, abandon: bool = False) -> MpiringError | None:
         self.transport.close(abandon)

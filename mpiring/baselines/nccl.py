@@ -1,6 +1,7 @@
 """The NCCL baselines, run through mpiring's API so the benchmark compares like with like.
 
-* ``nccl``: ``ncclAllReduce``.
+* ``nccl``: ``ncclAllReduce`` (and ``ncclReduceScatter``, ``ncclAllGather`` with MPI's
+  buffer rules, for ``Reduce_scatter_block`` and ``Allgather``).
 * ``nccl-ring``: the AsyncAllReduce paper's baseline: the same ring schedule as mpiring, each
   step one ``ncclSend``/``ncclRecv`` pair inside ``ncclGroupStart``/``ncclGroupEnd``, followed
   by the fold kernel, everything on one stream. Reduce-scatter receives into a dedicated
@@ -13,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from ..algorithms.base import Collective
+from ..buffers import Buffer
 from ..errors import SetupError, UnavailableError
 from ..ops import Op
 from ..schedule import RingPlan, Source
@@ -76,6 +79,30 @@ class NcclBaselines:
     def allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """``ncclAllReduce`` on raw pointers (``send == recv`` for in place)."""
         self.comm.allReduce(send, recv, count, self.dtypes[dtype.name], self.ops[op], stream.ptr)
+
+    def run(self, collective: Collective, send: Buffer | None, recv: Buffer, op: Op, stream) -> None:
+        """One collective with MPI's buffer rules (``send`` None: ``MPI.IN_PLACE``)."""
+        nd, item, s = self.dtypes[recv.dtype.name], recv.dtype.itemsize, stream.ptr
+        if collective is Collective.ALLREDUCE:
+            src = recv.address if send is None else send.address
+            self.comm.allReduce(src, recv.address, recv.count, nd, self.ops[op], s)
+        elif collective is Collective.REDUCE_SCATTER:
+            if send is not None:
+                self.comm.reduceScatter(send.address, recv.address, recv.count, nd, self.ops[op], s)
+                return
+            # In place, NCCL leaves block r at its place; MPI wants it at the start of recvbuf.
+            m = recv.count // self.size
+            mine = recv.address + self.rank * m * item
+            self.comm.reduceScatter(recv.address, mine, m, nd, self.ops[op], s)
+            if self.rank and m:
+                import cupy
+
+                rt = cupy.cuda.runtime
+                rt.memcpyAsync(recv.address, mine, m * item, rt.memcpyDeviceToDevice, s)
+        else:
+            m = recv.count // self.size
+            src = recv.address + self.rank * m * item if send is None else send.address
+            self.comm.allGather(src, recv.address, m, nd, s)
 
     def ring(self, plan: RingPlan, send: int, recv: int, dtype: np.dtype, op: Op, stream) -> None:
         """The paper's baseline: ring reduce-scatter + all-gather of send/recv pairs and a fold."""

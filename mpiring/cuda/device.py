@@ -25,10 +25,11 @@ REMEDY = (
 _PROCESS_DEVICE: int | None = None  # the GPU the first communicator of this process chose
 
 
-def bind_device(node: MPI.Intracomm, device: int | None, timeout: float) -> int:
-    """Choose and activate this rank's GPU; collective over the node (bounded by ``timeout``),
-    raises on every rank. Default: the GPU of this process's first communicator, else the
-    rank's place on the node, so communicators from reordered splits keep the process's GPU."""
+def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: float) -> int:
+    """Choose and activate this rank's GPU; collective over ``node``, the ranks that will map
+    each other's memory (bounded by ``timeout``), raises on every rank. Default: the GPU of
+    this process's first communicator, else ``place``, the rank's place on its machine, so
+    communicators from reordered splits keep the process's GPU."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -40,7 +41,7 @@ def bind_device(node: MPI.Intracomm, device: int | None, timeout: float) -> int:
     elif _PROCESS_DEVICE is not None:  # a later communicator (e.g. from Split): the same GPU
         chosen = _PROCESS_DEVICE
     else:
-        chosen = node.rank % max(visible, 1)
+        chosen = place % max(visible, 1)
     if not 0 <= chosen < visible:
         problem = (f"rank {node.rank} asked for GPU {chosen} but sees {visible} GPU(s) "
                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,13 +87,17 @@ class _Call:
 class Watchdog:
     """Follows this rank's ring calls; aborts the communicator when one outlives the timeout."""
 
-    def __init__(self, device_id: int, staging, memops: StreamMemOps, timeout: float) -> None:
+    def __init__(self, device_id: int, staging, memops: StreamMemOps, timeout: float,
+                 names: Sequence[int] | None = None) -> None:
         import cupy
 
         self._rt = rt = cupy.cuda.runtime
         self.device_id = device_id
         self.staging, self.layout, self.memops = staging, staging.layout, memops
-        self.rank, self.timeout = staging.rank, timeout
+        self.rank, self.timeout = staging.rank, timeout  # rank: this rank's place in the staging
+        # The communicator rank of each place, for errors (the staging spans one node).
+        self.names = list(names) if names is not None else list(range(staging.size))
+        self.me = self.names[self.rank]
         self.error: MpiringError | None = None  # set once, by the watchdog thread
         self._rescue = cupy.cuda.Stream(non_blocking=True)  # never blocked by the ring's streams
         LIVE["streams"] += 1
@@ -204,7 +209,7 @@ class Watchdog:
         rt, lay = self._rt, self.layout
         if call.plan is None:  # the event ring: its GPU waits are on events, not on our flags
             self.error = MpiringTimeoutError(
-                self.rank, self.timeout, "the event-signalled ring call to finish on the GPU (a "
+                self.me, self.timeout, "the event-signalled ring call to finish on the GPU (a "
                 "peer's copy or fold never completed)", hint=ABORT_HINT,
             ).locate("in the ring-events algorithm", algorithm="ring-events", seq=call.base)
             abort(self.staging, lay, self.memops, self._rescue.ptr)
@@ -221,10 +226,10 @@ class Watchdog:
             full = tuple(int(words[lay.ring_full(k) // 8]) for k in range(2))
             free = tuple(int(words[lay.ring_free(k) // 8]) for k in range(2))
             self.error = stall_error(call.plan, self.rank, call.base, full, free, self.timeout,
-                                     ABORT_HINT)
+                                     ABORT_HINT, self.names)
         else:
             self.error = MpiringTimeoutError(
-                self.rank, self.timeout, "the ring call to finish on the GPU (this rank's flags "
+                self.me, self.timeout, "the ring call to finish on the GPU (this rank's flags "
                 "could not be read: its GPU queues are blocked)", hint=ABORT_HINT,
             ).locate("in the ring algorithm", algorithm="ring", seq=call.base)
         log.debug("rank %d: %s", self.rank, self.error)

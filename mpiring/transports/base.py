@@ -9,6 +9,7 @@ and a fold stream; the host transport simply does the work at once. Either way t
   "copy queue"), and so does work enqueued by ``fold``/``post_slot_free``/``wait_slot_full``
   (the "fold queue");
 * ``send`` runs after every ``fold`` enqueued before it (it may read a folded chunk);
+* a ``fold`` preceded by ``wait_sent(t)`` runs after the send of transfer ``t`` (compact plans);
 * ``wait_*`` returns once the matching ``post_*`` of the peer has been *enqueued* (host
   order), and makes its queue wait until that posted work has *run* (device order).
 
@@ -78,8 +79,16 @@ class RingTransport(ABC):
         """Fold queue: wait until the previous rank's copy of use ``seq`` into ``slot`` has run."""
 
     @abstractmethod
-    def fold(self, slot: int, start: int, count: int, reduce: bool) -> None:
-        """Fold queue: ``out[start:+count] = in[start:+count] (op) slot`` (or ``= slot``)."""
+    def fold(self, slot: int, start: int, count: int, reduce: bool, out_start: int) -> None:
+        """Fold queue: ``out[out_start:+count] = in[start:+count] (op) slot`` (or ``= slot``)."""
+
+    def mark_sent(self, index: int) -> None:  # noqa: B027 - host transports do each step at once
+        """Copy queue: the send of transfer ``index`` was just enqueued (see :meth:`wait_sent`)."""
+
+    def wait_sent(self, index: int) -> None:  # noqa: B027 - host transports do each step at once
+        """Fold queue: wait until the send of transfer ``index`` has run. A compact plan's fold
+        overwrites the piece of the output that this send reads (``RingPlan.fold_after_send``);
+        a transport that runs each step at once, in issue order, has nothing to wait for."""
 
     @abstractmethod
     def post_slot_free(self, slot: int, seq: int) -> None:

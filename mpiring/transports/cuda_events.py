@@ -53,7 +53,8 @@ class CudaEventTransport(RingTransport):
         self.fold_stream = high_priority_stream(cupy)
         local = rt.eventDisableTiming
         self.start_event, self.copy_done, self.fold_done = (rt.eventCreateWithFlags(local) for _ in range(3))
-        self._events = [self.start_event, self.copy_done, self.fold_done]
+        self.sent = [rt.eventCreateWithFlags(local) for _ in range(2)]  # as in cuda_ipc: compact plans
+        self._events = [self.start_event, self.copy_done, self.fold_done, *self.sent]
         LIVE["events"] += len(self._events)
         LIVE["streams"] += 2
         self._last_fold_event: int | None = None
@@ -111,16 +112,22 @@ class CudaEventTransport(RingTransport):
             lambda: f"rank {self.prev} to fill slot {slot} (seq {seq}, ring-events)", peer=self.prev)
         self._rt.streamWaitEvent(self.fold_stream.ptr, self.staging.prev_full[slot], 0)
 
-    def fold(self, slot: int, start: int, count: int, reduce: bool) -> None:
+    def mark_sent(self, index: int) -> None:
+        self._rt.eventRecord(self.sent[index % 2], self.copy_stream.ptr)
+
+    def wait_sent(self, index: int) -> None:
+        self._rt.streamWaitEvent(self.fold_stream.ptr, self.sent[index % 2], 0)
+
+    def fold(self, slot: int, start: int, count: int, reduce: bool, out_start: int) -> None:
         if not count:
             return
-        offset = start * self._itemsize
+        out = self._out + out_start * self._itemsize
         own = self.staging.own_slots[slot]
         if reduce:
-            self.kernel.launch(self._fn, self._out + offset, self._in + offset, own, count,
+            self.kernel.launch(self._fn, out, self._in + start * self._itemsize, own, count,
                                self._itemsize, self.fold_stream)
         else:  # a kernel, like the memops ring's: it skips the write once the communicator aborted
-            self.kernel.copy(self._out + offset, own, count * self._itemsize, self.fold_stream)
+            self.kernel.copy(out, own, count * self._itemsize, self.fold_stream)
 
     def post_slot_free(self, slot: int, seq: int) -> None:
         event = self.staging.free_events[slot]

@@ -7,6 +7,8 @@ slot reuse across processes. It also serves users who allreduce host arrays.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from ..schedule import Source
@@ -22,9 +24,11 @@ def slot_bytes_for(asked: int) -> int:
 
 class HostTransport(RingTransport):
     """Two receive slots of ``slot_bytes`` per rank in the payload of a shared-memory board
-    (borrowed: the communicator owns and closes it), of at least ``2 * slot_bytes``."""
+    (borrowed: the communicator owns and closes it), of at least ``2 * slot_bytes``.
+    ``names[p]``: the communicator rank at place ``p`` of the board, for errors."""
 
-    def __init__(self, board: SharedBoard, slot_bytes: int, timeouts: TimeoutPolicy) -> None:
+    def __init__(self, board: SharedBoard, slot_bytes: int, timeouts: TimeoutPolicy,
+                 names: Sequence[int] | None = None) -> None:
         self.rank, self.size = board.rank, board.size
         self.slot_bytes = slot_bytes_for(slot_bytes)
         if board.payload_bytes < 2 * self.slot_bytes:
@@ -32,7 +36,8 @@ class HostTransport(RingTransport):
         self.board = board
         self.next = (self.rank + 1) % self.size
         self.prev = (self.rank - 1) % self.size
-        self.waiter = timeouts.waiter(self.rank)
+        self.names = list(names) if names is not None else list(range(self.size))
+        self.waiter = timeouts.waiter(self.names[self.rank])
         self._views: dict[np.dtype, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         self._call: CallBuffers | None = None
 
@@ -61,7 +66,8 @@ class HostTransport(RingTransport):
     def wait_slot_free(self, slot: int, seq: int) -> None:
         self.waiter.counter_at_least(
             self.board, self.next, FREE[slot], seq,
-            lambda: f"rank {self.next} to free slot {slot} (seq {seq})", peer=self.next,
+            lambda: f"rank {self.names[self.next]} to free slot {slot} (seq {seq})",
+            peer=self.names[self.next],
         )
 
     def send(self, slot: int, source: Source, start: int, count: int) -> None:
@@ -74,11 +80,12 @@ class HostTransport(RingTransport):
     def wait_slot_full(self, slot: int, seq: int) -> None:
         self.waiter.counter_at_least(
             self.board, self.rank, FULL[slot], seq,
-            lambda: f"rank {self.prev} to fill slot {slot} (seq {seq})", peer=self.prev,
+            lambda: f"rank {self.names[self.prev]} to fill slot {slot} (seq {seq})",
+            peer=self.names[self.prev],
         )
 
-    def fold(self, slot: int, start: int, count: int, reduce: bool) -> None:
-        out = self._call.recv[start:start + count]
+    def fold(self, slot: int, start: int, count: int, reduce: bool, out_start: int) -> None:
+        out = self._call.recv[out_start:out_start + count]
         data = self._own[slot][:count]
         if reduce:
             self._call.op.ufunc(self._input[start:start + count], data, out=out)

@@ -17,6 +17,7 @@ from mpi4py import MPI
 
 import mpiring
 from mpiring.bench.__main__ import main
+from mpiring.bench.algorithms import default_sweep
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
 from mpiring.bench.measure import (
@@ -66,7 +67,7 @@ def test_host_bench_end_to_end(shared_dir):
     with csvs[0].open() as f:
         rows = list(csv.DictReader(f))
     sizes = [1 << e for e in range(10, 17)]
-    want = {(s, a, p) for s in sizes for a in ("mpi", "ring") for p in ("out", "in")}
+    want = {(s, a, p) for s in sizes for a in default_sweep(False) for p in ("out", "in")}
     got = {(int(r["size_bytes"]), r["algo"], r["placement"]) for r in rows}
     if got != want or len(rows) != len(want):
         problems.append(f"rows {sorted(got)} != {sorted(want)}")

@@ -1,0 +1,178 @@
+"""From one collective call's arguments to the row of the algorithm table that runs it.
+
+:meth:`Dispatcher.prepare` describes and checks the buffers of one call on this rank (raising
+what is wrong here, before any rank moves data), resolves ``auto``, and packs the values the
+agreement check compares. :meth:`Dispatcher.row` is the resolution alone (``resolve()``).
+Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
+
+    Allreduce             send: c        recv: c       (in place: recv holds the input)
+    Reduce_scatter_block  send: n * m    recv: m       (in place: recv holds n * m; result in recv[:m])
+    Allgather             send: m        recv: n * m   (in place: block r of recv is rank r's input)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from . import algorithms
+from .algorithms import AUTO, Algorithm, Call, Collective
+from .algorithms import auto as auto_table
+from .buffers import Memory, check_pair, describe
+from .errors import InvalidArgumentError, UnavailableError
+from .ops import dtype_code, normalize_op
+from .options import check_batches
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .topology import Topology
+
+
+@dataclass(frozen=True)
+class Prepared:
+    call: Call
+    row: Algorithm
+    backend: Backend
+    values: dict[str, int]  # what the agreement check compares
+
+
+class Dispatcher:
+    """Per communicator: the default algorithm and batches, ``MPIRING_ALGO``, the tuning table,
+    the topology, and the backends of each kind of memory."""
+
+    def __init__(self, algorithm: str, batches: int | None, forced: str | None,
+                 tuning: auto_table.TuningTable, topology: Topology, host: Backend,
+                 gpu: Backend | None) -> None:
+        self.algorithm, self.batches, self.forced = algorithm, batches, forced
+        self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
+
+    def backend(self, memory: Memory) -> Backend:
+        if memory is Memory.HOST:
+            return self.host
+        if self.gpu is None:
+            raise UnavailableError(
+                "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
+                "at set-up)"
+            )
+        return self.gpu
+
+    def prepare(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
+                algorithm: str | None, batches: int | None) -> Prepared:
+        """Describe and check one call on this rank: raises what is wrong with it here."""
+        nb = self.batches if batches is None else check_batches(batches)
+        the_op = normalize_op(op)
+        recv = describe(recvbuf, "recvbuf")
+        backend = self.backend(recv.memory)
+        in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
+        send = recv if in_place else describe(sendbuf, "sendbuf")
+        if collective is Collective.ALLREDUCE:
+            in_place = in_place or check_pair(send, recv)
+        else:
+            _check_blocks(collective, None if in_place else send, recv, self.topology.size)
+        total = recv.count if collective is not Collective.REDUCE_SCATTER or in_place else send.count
+        row = self.row(total * recv.dtype.itemsize, recv.memory, algorithm, collective)
+        if recv.readonly:
+            raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
+        backend.check_buffer(recv, "recvbuf")
+        if not in_place:
+            backend.check_buffer(send, "sendbuf")
+        call = Call(None if in_place else send, recv, the_op, nb)
+        if row.check is not None:
+            row.check(backend, call)
+        values = dict(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op), algorithm=row.code,
+                      batches=nb or 0, memory=int(recv.memory), collective=int(collective))
+        return Prepared(call, row, backend, values)
+
+    def row(self, nbytes: int, memory: Memory, algorithm: str | None,
+            collective: Collective = Collective.ALLREDUCE) -> Algorithm:
+        """The row a call of ``nbytes`` (the whole vector) in ``memory`` runs; raises if it cannot."""
+        name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
+        if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the call
+            forced = self.forced and _fits(algorithms.get(self.forced), memory, collective, self.topology)
+            name = self.forced if forced else self._auto_choice(nbytes, memory, collective)
+        row = algorithms.get(name)
+        if not row.serves(memory):
+            kind = "GPU" if memory is Memory.CUDA else "host"
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} reduces {row.describe_memory()} arrays, but these are {kind} "
+                f"arrays ({kind} algorithms: {', '.join(algorithms.names(memory, with_auto=False))})")
+        if row.runner(collective) is None:
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} has no {collective.label}: use "
+                f"{', '.join(map(repr, algorithms.names(memory, collective=collective)))}")
+        if not row.runs_on(self.topology.nodes):
+            choices = [a.name for a in algorithms.rows()
+                       if _fits(a, memory, collective, self.topology)] + [AUTO]
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} runs inside one node, but this communicator spans "
+                f"{self.topology.describe()}: use {', '.join(map(repr, choices))}")
+        backend = self.backend(memory)
+        limit = row.max_bytes(backend)
+        if limit is not None and nbytes > limit:
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} takes messages of at most {limit} bytes, got {nbytes}: "
+                "use another algorithm or 'auto'")
+        if not row.graph_capturable and backend.capturing():
+            capturable = [a.name for a in algorithms.rows() if a.graph_capturable and a.serves(memory)]
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} cannot be captured into a CUDA graph (its GPU signals carry "
+                f"per-call sequence numbers): use {', '.join(map(repr, capturable))} or 'auto'")
+        return row
+
+    def _auto_choice(self, nbytes: int, memory: Memory, collective: Collective) -> str:
+        """What auto runs. Across nodes: ``hier`` (allreduce), the flat baseline (the other
+        collectives). On one node: the ring for the other collectives; for allreduce the tuning
+        table's choice, moved to the next candidate that can run the call (fits its size
+        limit; capturable while a CUDA graph is being captured)."""
+        gpu = memory is Memory.CUDA and self.gpu is not None
+        if self.topology.nodes > 1:
+            if collective is Collective.ALLREDUCE:
+                return "hier"
+            return "nccl" if gpu else "mpi"
+        candidates = algorithms.auto_candidates(memory)
+        if not gpu or self.topology.size == 1 or collective is not Collective.ALLREDUCE:
+            return candidates[0]  # the ring: the host's one mpiring algorithm; one rank: a copy
+        first = self.tuning.choose(self.topology.size, nbytes)
+        for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
+            row = algorithms.get(name)
+            limit = row.max_bytes(self.gpu)
+            # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
+            if (limit is None or nbytes <= limit) and (row.graph_capturable or not self.gpu.capturing()):
+                return name
+        return first
+
+
+def _fits(row: Algorithm, memory: Memory, collective: Collective, topology: Topology) -> bool:
+    return row.serves(memory) and row.runner(collective) is not None and row.runs_on(topology.nodes)
+
+
+def _check_blocks(collective: Collective, send: Any, recv: Any, size: int) -> None:
+    """The block rules of Reduce_scatter_block and Allgather (see the module docstring)."""
+    name = collective.label
+    if send is not None and send.dtype != recv.dtype:
+        raise InvalidArgumentError(f"{name}: sendbuf is {send.dtype} but recvbuf is {recv.dtype}")
+    if send is not None and send.memory != recv.memory:
+        raise InvalidArgumentError(f"{name}: sendbuf and recvbuf must both be host or both GPU arrays")
+    whole = recv if send is None or collective is Collective.ALLGATHER else send
+    if whole.count % size:
+        role = "recvbuf" if whole is recv else "sendbuf"
+        raise InvalidArgumentError(f"{name}: {role} has {whole.count} elements, not a multiple of the "
+                                   f"{size} ranks")
+    if send is None:
+        return
+    block = send.count if collective is Collective.ALLGATHER else recv.count
+    if whole.count != block * size:
+        raise InvalidArgumentError(
+            f"{name}: sendbuf has {send.count} and recvbuf {recv.count} elements; with {size} ranks "
+            f"{'recvbuf' if collective is Collective.ALLGATHER else 'sendbuf'} must hold {size} x "
+            f"{block} = {block * size}")
+    if _overlap(send, recv):
+        raise InvalidArgumentError(f"{name}: sendbuf and recvbuf overlap: use MPI.IN_PLACE instead")
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    if a.nbytes == 0 or b.nbytes == 0:
+        return False
+    return a.address < b.address + b.nbytes and b.address < a.address + a.nbytes
