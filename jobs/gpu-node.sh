@@ -6,8 +6,9 @@
 set -euo pipefail
 source "$(dirname "$0")/node-env.sh"
 
-echo "== set-up errors and faults (hidden GPUs, shared GPUs, killed/stopped/skipping ranks): serial, each starts its own ranks"
-timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py tests/gpu/test_gpu_faults.py
+echo "== set-up errors, faults (hidden GPUs, shared GPUs, killed/stopped/skipping ranks) and the 2x2 hier job: serial, each starts its own ranks"
+timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py tests/gpu/test_gpu_faults.py \
+  tests/gpu/test_gpu_hier_jobs.py
 for n in $(printf '%s\n' "$NGPUS" 2 | uniq); do
   echo "== GPU tests on $n ranks"
   run "$n" "$PY" -m pytest -q --with-mpi tests/gpu

@@ -24,12 +24,14 @@ from .agreement import FIELDS, AgreementCheck, all_ranks, join
 from .algorithms import Collective
 from .algorithms import auto as auto_table
 from .backends.base import Backend
+from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
 from .control import ControlBoard
 from .dispatch import Dispatcher
 from .errors import (
     CommunicatorClosedError,
+    InvalidArgumentError,
     MpiringError,
     MpiringTimeoutError,
     PeerFailedError,
@@ -79,6 +81,8 @@ class Communicator:
         opts = Options.resolve(algorithm, batches, check, timeout)
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
         self.timeouts = opts.timeouts
+        if inter not in INTERS:  # before any collective: every rank passes the same arguments
+            raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
         tuning = auto_table.load()
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.rank, self.size = self.comm.rank, self.comm.size

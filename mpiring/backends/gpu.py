@@ -83,6 +83,9 @@ class GpuBackend(Backend):
         self._cupy = cupy
         self._rt = cupy.cuda.runtime
         self._live = LIVE
+        from .gpu_hier import check_inter
+
+        check_inter(inter, groups)  # before anything is allocated: the same verdict on every rank
         self.groups, self.board, self.inter = groups, board, inter
         self.comm: MPI.Intracomm = groups.comm
         self.node: MPI.Intracomm = groups.node

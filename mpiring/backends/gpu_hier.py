@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import InvalidArgumentError, UnavailableError
+from ..errors import InvalidArgumentError, SetupError, UnavailableError
 from ..schedule import Phase, RingPlan, chunk_bounds
 from ..transports.base import CallBuffers
 
 if TYPE_CHECKING:
     from ..algorithms.base import Call
+    from ..groups import Groups
     from ..ops import Op
     from .gpu import GpuBackend
 
@@ -74,6 +75,21 @@ def cuda_aware_mpi() -> bool:
     return False
 
 
+def check_inter(inter: str, groups: Groups) -> None:
+    """Refuse an unknown engine, and ``inter="mpi"`` across nodes where the MPI cannot move
+    device memory (the same answer on every rank: one MPI library)."""
+    if inter not in INTERS:
+        raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
+    if inter == "mpi" and groups.spans_nodes and not cuda_aware_mpi():
+        raise SetupError(MPI_NOT_CUDA_AWARE)
+
+
+MPI_NOT_CUDA_AWARE = (
+    "inter='mpi' needs a CUDA-aware MPI, and this one says it is not (or cannot say): use "
+    "inter='nccl' (pip install mpiring[cuda12|cuda13]), or an MPI built with CUDA support (Open MPI "
+    f"--with-cuda, MPICH with CUDA); set {CUDA_AWARE_ENV}=1 if yours is CUDA-aware but has no query")
+
+
 class MpiRail:
     """Inter-node engine over a CUDA-aware MPI: ``MPI_Allreduce`` in place on device memory,
     polled so that it is bounded. MPI calls are host-ordered, so each one first waits (on the
@@ -104,6 +120,25 @@ class MpiRail:
     abort = close
 
 
+class NcclRail:
+    """Inter-node engine over NCCL: one communicator per rail, made once (the unique id goes
+    round the rail by MPI), ``ncclAllReduce`` in place on the net stream."""
+
+    def __init__(self, rail: MPI.Intracomm) -> None:
+        from ..baselines.nccl import NcclBaselines
+
+        self.nccl = NcclBaselines(rail, 0, None)
+
+    def allreduce(self, address: int, count: int, dtype: np.dtype, op: Op, stream: Any) -> None:
+        self.nccl.allreduce(address, address, count, dtype, op, stream)
+
+    def close(self) -> None:
+        self.nccl.close()
+
+    def abort(self) -> None:
+        self.nccl.abort()
+
+
 class GpuHier:
     """What one communicator's hierarchical allreduce holds: the inter-node engine on its rail,
     a net stream and a gather stream, and two events."""
@@ -111,8 +146,6 @@ class GpuHier:
     def __init__(self, backend: GpuBackend, inter: str) -> None:
         import cupy
 
-        if inter not in INTERS:
-            raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(INTERS)}")
         self.backend = backend
         groups = backend.groups
         self.even = groups.topology.even
@@ -126,7 +159,7 @@ class GpuHier:
         self.net_done = [make(), make()]
 
     def _engine(self, inter: str, rail: MPI.Intracomm) -> Any:
-        from ..baselines.nccl import NcclBaselines, nccl_module
+        from ..baselines.nccl import nccl_module
 
         if inter == "auto":
             try:
@@ -135,14 +168,10 @@ class GpuHier:
             except UnavailableError:
                 inter = "mpi"
         if inter == "mpi":
-            if not cuda_aware_mpi():
-                raise UnavailableError(
-                    "inter='mpi' needs a CUDA-aware MPI, and this one says it is not (or cannot say): "
-                    "use inter='nccl' (pip install mpiring[cuda12|cuda13]), or an MPI built with CUDA "
-                    f"support (Open MPI --with-cuda, MPICH with CUDA); set {CUDA_AWARE_ENV}=1 if yours "
-                    "is CUDA-aware but has no query")
+            if not cuda_aware_mpi():  # inter="auto" without NCCL lands here
+                raise UnavailableError(MPI_NOT_CUDA_AWARE)
             return MpiRail(rail, self.backend)
-        return NcclBaselines(rail, 0, None)  # one NCCL communicator per rail, made once
+        return NcclRail(rail)
 
     def run(self, call: Call) -> None:
         backend = self.backend
