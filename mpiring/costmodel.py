@@ -47,13 +47,20 @@ class Link:
 
 @dataclass(frozen=True)
 class Cluster:
-    """``nodes`` nodes of ``gpus`` GPUs; ``nvlink`` inside a node, ``nic`` per GPU between nodes."""
+    """``nodes`` nodes of ``gpus`` GPUs; ``nvlink``: mpiring's ring inside a node, ``nic``: one
+    GPU's network between nodes, ``nccl_nvlink``: NCCL's own hop inside a node (default: the
+    same as ``nvlink``)."""
 
     nodes: int
     gpus: int
     nvlink: Link
     nic: Link
     piece_cost: float = 20e-6  # host and GPU work per extra pipelined piece (two ring calls)
+    nccl_nvlink: Link | None = None
+
+    @property
+    def nccl_node(self) -> Link:
+        return self.nccl_nvlink or self.nvlink
 
     @property
     def ranks(self) -> int:
@@ -99,31 +106,25 @@ def flat(nbytes: float, c: Cluster) -> float:
     """Flat NCCL over every rank, one channel per NIC: ring or tree, whichever is faster."""
     p, n, g = c.ranks, c.nodes, c.gpus
     if n == 1:
-        return network_allreduce(nbytes, p, c.nvlink)
+        return network_allreduce(nbytes, p, c.nccl_node)
     ring = 2 * (p - 1) * (c.nic.alpha + nbytes / (p * g * c.nic.beta))
-    tree = (2 * math.ceil(math.log2(n)) * c.nic.alpha + 2 * (g - 1) * c.nvlink.alpha
+    tree = (2 * math.ceil(math.log2(n)) * c.nic.alpha + 2 * (g - 1) * c.nccl_node.alpha
             + 2 * nbytes / (g * c.nic.beta))
     return min(ring, tree)
 
 
 def fit_ring(points: Iterable[tuple[int, float]], ranks: int) -> Link:
-    """The link whose ring allreduce over ``ranks`` best fits measured ``(bytes, seconds)``
-    points (least squares of ``t = a + b * bytes``): ``alpha = a / 2(P-1)``, ``beta = 2(P-1) / (P b)``."""
-    pts = [(float(s), float(t)) for s, t in points]
-    if len(pts) < 2 or ranks < 2:
-        raise ValueError("fitting a ring needs two or more points and two or more ranks")
-    n = len(pts)
-    mean_s = sum(s for s, _ in pts) / n
-    mean_t = sum(t for _, t in pts) / n
-    var = sum((s - mean_s) ** 2 for s, _ in pts)
-    if var == 0:
-        raise ValueError("fitting a ring needs points of different sizes")
-    b = sum((s - mean_s) * (t - mean_t) for s, t in pts) / var
-    a = max(0.0, mean_t - b * mean_s)
-    if b <= 0:
+    """The link of a ring allreduce over ``ranks`` from measured ``(bytes, seconds)``: alpha from
+    the smallest message (all latency), beta from the slope between the two largest (all
+    bandwidth), as alpha-beta models are read: ``t(s) = 2(P-1) alpha + 2(P-1)/P s / beta``."""
+    pts = sorted((int(s), float(t)) for s, t in points)
+    if len(pts) < 3 or ranks < 2:
+        raise ValueError("fitting a ring needs three or more sizes and two or more ranks")
+    (s1, t1), (s2, t2) = pts[-2], pts[-1]
+    if s2 == s1 or t2 <= t1:
         raise ValueError("the measured times do not grow with size")
     steps = 2 * (ranks - 1)
-    return Link(alpha=a / steps, beta=steps / (ranks * b))
+    return Link(alpha=pts[0][1] / steps, beta=steps * (s2 - s1) / (ranks * (t2 - t1)))
 
 
 # Stated inter-node figures (docs/scale-out.md): 8 x 400 Gb/s InfiniBand per node, one NIC per

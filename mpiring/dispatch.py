@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from .backends.base import Backend
     from .topology import Topology
 
+MEMO_ENTRIES = 4096  # resolved rows kept per communicator
+
 
 @dataclass(frozen=True)
 class Prepared:
@@ -47,6 +49,7 @@ class Dispatcher:
                  gpu: Backend | None) -> None:
         self.algorithm, self.batches, self.forced = algorithm, batches, forced
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
+        self._memo: dict[tuple, Algorithm] = {}
 
     def backend(self, memory: Memory) -> Backend:
         if memory is Memory.HOST:
@@ -87,7 +90,24 @@ class Dispatcher:
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:
-        """The row a call of ``nbytes`` (the whole vector) in ``memory`` runs; raises if it cannot."""
+        """The row a call of ``nbytes`` (the whole vector) in ``memory`` runs; raises if it cannot.
+
+        Hot path: the answer depends only on these arguments, the table, and this
+        communicator's fixed settings (topology, tuning table, size limits), except for graph
+        capture, which is asked afresh (and only for a row that cannot be captured). So answers
+        are memoized per (arguments, table version); errors are not."""
+        key = (nbytes, memory, algorithm, collective, algorithms.version())
+        hit = self._memo.get(key)
+        if hit is not None and (hit.graph_capturable or not self.backend(memory).capturing()):
+            return hit
+        row = self._resolve(nbytes, memory, algorithm, collective)
+        if len(self._memo) >= MEMO_ENTRIES:  # bounded: sizes vary without end in some programs
+            self._memo.clear()
+        self._memo[key] = row
+        return row
+
+    def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None,
+                 collective: Collective) -> Algorithm:
         name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
         if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the call
             forced = self.forced and _fits(algorithms.get(self.forced), memory, collective, self.topology)

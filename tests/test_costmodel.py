@@ -33,12 +33,13 @@ def test_ring_and_tree_formulas() -> None:
 
 def test_fit_recovers_the_link() -> None:
     truth = Link(alpha=7e-6, beta=300e9)
-    points = [(s, ring_allreduce(s, 4, truth)) for s in (1 << 20, 1 << 26, 1 << 30)]
+    points = [(s, ring_allreduce(s, 4, truth)) for s in (1 << 30, 1, 1 << 26)]
     fitted = fit_ring(points, 4)
-    assert fitted.alpha == pytest.approx(truth.alpha) and fitted.beta == pytest.approx(truth.beta)
+    assert fitted.alpha == pytest.approx(truth.alpha, rel=1e-3) and fitted.beta == pytest.approx(truth.beta)
 
 
-@pytest.mark.parametrize("points", [[(1, 1.0)], [(5, 1.0), (5, 2.0)], [(1, 2.0), (2, 1.0)]])
+@pytest.mark.parametrize("points", [[(1, 1.0), (2, 2.0)], [(1, 1.0), (5, 1.0), (5, 2.0)],
+                                    [(1, 0.5), (1, 2.0), (2, 1.0)]])
 def test_fit_refuses_what_it_cannot_fit(points) -> None:
     with pytest.raises(ValueError):
         fit_ring(points, 2)

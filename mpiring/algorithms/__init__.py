@@ -26,6 +26,7 @@ from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
 AUTO = "auto"
 
 _TABLE: dict[str, Algorithm] = {}
+_VERSION = [0]  # bumped by every change of the table: what memos of its answers key on
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -36,12 +37,19 @@ def register(algorithm: Algorithm) -> Algorithm:
     if any(a.code == algorithm.code for a in _TABLE.values()):
         raise ValueError(f"wire code {algorithm.code} of {algorithm.name!r} is taken")
     _TABLE[algorithm.name] = algorithm
+    _VERSION[0] += 1
     return algorithm
 
 
 def unregister(name: str) -> None:
     """Remove a row added by :func:`register` (tests)."""
     _TABLE.pop(name, None)
+    _VERSION[0] += 1
+
+
+def version() -> int:
+    """A number that changes whenever a row is added or removed."""
+    return _VERSION[0]
 
 
 for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, nccl.NCCL, nccl.NCCL_RING,
@@ -118,4 +126,4 @@ def markdown_table() -> str:
 
 __all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "Collective", "Scope", "auto_candidates",
            "by_code", "check_name", "get", "markdown_table", "name_of_code", "names", "register", "rows",
-           "unregister"]
+           "unregister", "version"]

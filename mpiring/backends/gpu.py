@@ -205,7 +205,7 @@ class GpuBackend(Backend):
     def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         from .gpu_hier import pieces
 
-        return pieces(count, np.dtype(dtype).itemsize, asked)
+        return pieces(count, np.dtype(dtype).itemsize, asked, self.node_size, self.groups.topology.nodes)
 
     def run_hier(self, call: Call) -> None:
         """The hierarchical allreduce (``mpiring.backends.gpu_hier``), set up on first use

@@ -48,10 +48,13 @@ INTERS = ("auto", "nccl", "mpi")
 CUDA_AWARE_ENV = "MPIRING_CUDA_AWARE_MPI"
 
 
-def pieces(count: int, itemsize: int, asked: int | None) -> int:
-    """Pieces of a hierarchical allreduce: as asked, else one per 32 MiB, at most 8."""
+def pieces(count: int, itemsize: int, asked: int | None, gpus: int = 2, nodes: int = 2) -> int:
+    """Pieces of a hierarchical allreduce: as asked, else one per 32 MiB, at most 8, where
+    there are two stages to overlap (several GPUs per node and several nodes; else one)."""
     if asked is not None:
         return max(1, min(asked, count or 1))
+    if gpus == 1 or nodes == 1:
+        return 1
     return max(1, min(MAX_PIECES, count * itemsize // PIECE_BYTES, count or 1))
 
 
@@ -102,13 +105,18 @@ class MpiRail:
         self.waiter = backend.timeouts.waiter(backend.rank)
         self._ready = cupy.cuda.Event(disable_timing=True)
 
-    def allreduce(self, address: int, count: int, dtype: np.dtype, op: Op, stream: Any) -> None:
-        if self.rail.size == 1 or count == 0:
+    def allreduce(self, src: int, dst: int, count: int, dtype: np.dtype, op: Op, stream: Any) -> None:
+        if count == 0:
             return
         cupy = self._cupy
+        if src != dst:
+            cupy.cuda.runtime.memcpyAsync(dst, src, count * dtype.itemsize,
+                                          cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
+        if self.rail.size == 1:
+            return
         self._ready.record(stream)
         self._ready.synchronize()  # this stream's work only: what the MPI call reads is ready
-        memory = cupy.cuda.UnownedMemory(address, count * dtype.itemsize, self)
+        memory = cupy.cuda.UnownedMemory(dst, count * dtype.itemsize, self)
         view = cupy.ndarray(count, dtype, cupy.cuda.MemoryPointer(memory, 0))
         request = self.rail.Iallreduce(MPI.IN_PLACE, view, op=getattr(MPI, op.row.mpi))
         self.waiter.request(request, lambda: "every node to join the inter-node allreduce (MPI)",
@@ -129,8 +137,8 @@ class NcclRail:
 
         self.nccl = NcclBaselines(rail, 0, None)
 
-    def allreduce(self, address: int, count: int, dtype: np.dtype, op: Op, stream: Any) -> None:
-        self.nccl.allreduce(address, address, count, dtype, op, stream)
+    def allreduce(self, src: int, dst: int, count: int, dtype: np.dtype, op: Op, stream: Any) -> None:
+        self.nccl.allreduce(src, dst, count, dtype, op, stream)
 
     def close(self) -> None:
         self.nccl.close()
@@ -182,7 +190,11 @@ class GpuHier:
                                                 recv.dtype, op, stream)
             return
         L, item = backend.node_size, recv.dtype.itemsize
-        parts = chunk_bounds(recv.count, pieces(recv.count, item, call.batches))
+        if L == 1 and self.engine is not None:  # one GPU per node: the rail's allreduce is all
+            self.engine.allreduce(call.source.address, recv.address, recv.count, recv.dtype, op, stream)
+            return
+        nodes = backend.groups.topology.nodes
+        parts = chunk_bounds(recv.count, pieces(recv.count, item, call.batches, L, nodes))
         plans = [RingPlan(L, hi - lo, backend.ring_batches(hi - lo, recv.dtype, None), Phase.REDUCE_SCATTER)
                  for lo, hi in parts]
         self.gathered.record(stream)  # the gather stream starts after the caller's earlier work
@@ -206,8 +218,8 @@ class GpuHier:
         self.net_stream.wait_event(self.scattered)
         b0, b1 = plan.blocks[self.backend.node_rank]
         if self.engine is not None:
-            self.engine.allreduce(recv.address + (lo + b0) * item, b1 - b0, recv.dtype, call.op,
-                                  self.net_stream)
+            shard = recv.address + (lo + b0) * item
+            self.engine.allreduce(shard, shard, b1 - b0, recv.dtype, call.op, self.net_stream)
         self.net_done[k % 2].record(self.net_stream)
 
     def _gather(self, k: int, part: tuple[int, int], plan: RingPlan, call: Call) -> None:

@@ -99,11 +99,14 @@ def test_back_to_back_with_stragglers(comm):
     stream = cupy.cuda.get_current_stream()
     errors = []
     for i in range(200):
-        if rng.random() < 0.2 and int(rng.integers(SIZE)) == RANK:
-            gpu_nap(stream, float(rng.uniform(0, 0.003)))
-        n = int(rng.integers(1, 2_000_000))
-        errors.append(run(comm, mpiring.Op.SUM, "float32", n, str(rng.choice(["out", "in"])), salt=i,
-                          algorithm="hier", batches=int(rng.integers(1, 5))))
+        # every rank draws the same numbers (the seed is shared): only the nap is this rank's
+        nap, who, seconds = rng.random() < 0.2, int(rng.integers(SIZE)), float(rng.uniform(0, 0.003))
+        n, place = int(rng.integers(1, 2_000_000)), str(rng.choice(["out", "in"]))
+        pieces = int(rng.integers(1, 5))
+        if nap and who == RANK:
+            gpu_nap(stream, seconds)
+        errors.append(run(comm, mpiring.Op.SUM, "float32", n, place, salt=i, algorithm="hier",
+                          batches=pieces))
     agree(not any(errors), "; ".join(e for e in errors if e)[:2000])
 
 
