@@ -61,6 +61,8 @@ def decide(wanted: str, probes: Sequence[Probe]) -> Mode:
         raise ModeError(f"--gpu: {where} cannot use a GPU: rank {rank}: {first.reason}")
     seen = [(r, p) for r, p in enumerate(probes) if p.visible or p.usable]
     if seen:
+        # quote a rank that shows GPUs but cannot use them: its error is the one to fix
+        rank, first = next(((r, p) for r, p in bad if p.visible), (rank, first))
         r, witness = seen[0]
         evidence = witness.visible or "CuPy uses its GPU"
         raise ModeError(
@@ -76,11 +78,12 @@ def _ranks(ranks: Any) -> str:
     return f"rank {listed[0]}" if len(listed) == 1 else "ranks " + ", ".join(map(str, listed))
 
 
-def choose(wanted: str, world: Any, probe: Callable[[], Probe] = probe_this_rank) -> Mode:
-    """Collective over ``world``: every rank probes (unless ``--host``), all decide alike."""
+def choose(wanted: str, world: Any, probe: Callable[[], Probe] | None = None) -> Mode:
+    """Collective over ``world``: every rank probes (unless ``--host``; ``probe`` defaults to
+    :func:`probe_this_rank`), all decide alike."""
     if wanted == HOST:
         return decide(HOST, [])
-    return decide(wanted, world.allgather(probe()))
+    return decide(wanted, world.allgather((probe or probe_this_rank)()))
 
 
 def check_algorithms(wanted: Sequence[str] | None, gpu: bool, runnable: Sequence[str],
