@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -38,6 +38,9 @@ from .errors import (
 from .ops import dtype_code, normalize_op
 from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_batches, empty_like
 from .transports.host import slot_bytes_for
+
+if TYPE_CHECKING:
+    from .backends.gpu import GpuBackend
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +80,10 @@ class Communicator:
         self._forced = opts.forced  # what "auto" runs instead of the table's choice
         self._tuning = auto_table.load()
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
-        self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank)
+        self.node = cast(MPI.Intracomm, self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.comm.rank))
         self.board: ControlBoard | None = None
         self._host: HostBackend | None = None
-        self._gpu: Backend | None = None
+        self._gpu: GpuBackend | None = None
         try:
             self._set_up(base.size, gpu, device, slot_bytes)
         except BaseException as err:  # release what was made
@@ -147,7 +150,7 @@ class Communicator:
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        peers = self.board.failed_peers()
+        peers = cast(ControlBoard, self.board).failed_peers()
         if peers:
             err = PeerFailedError(
                 f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
@@ -242,7 +245,7 @@ class Communicator:
 
     def _backend(self, memory: Memory) -> Backend:
         if memory is Memory.HOST:
-            return self._host
+            return cast(HostBackend, self._host)
         if self._gpu is None:
             raise UnavailableError(
                 "GPU arrays passed to a communicator created without GPUs (gpu=False, or no CuPy/GPU "
@@ -286,7 +289,7 @@ class Communicator:
         name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
         if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the memory
             forced = self._forced and algorithms.get(self._forced).serves(memory)
-            name = self._forced if forced else self._auto_choice(nbytes, memory)
+            name = cast(str, self._forced) if forced else self._auto_choice(nbytes, memory)
         row = algorithms.get(name)
         if not row.serves(memory):
             kind = "GPU" if memory is Memory.CUDA else "host"

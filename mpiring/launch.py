@@ -63,3 +63,4 @@ def warn_if_singleton() -> None:
     message = singleton_message(size, os.environ, library)
     if message:
         warnings.warn(message, RuntimeWarning, stacklevel=2)
+

@@ -42,3 +42,18 @@ def test_warns_once_when_the_launcher_disagrees(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         launch.warn_if_singleton()  # once per process
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="a singleton only")
+def test_the_job_scripts_check(monkeypatch, capsys):
+    """python -m mpiring: 0 when the sizes agree, 1 (with the reason) when not."""
+    from mpiring.__main__ import main
+
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("PMI_SIZE", "1")
+    assert main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("rank 0 of 1 on ") and "GPU path" in out
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert main() == 1
+    assert "the launcher started 4 processes (PMI_SIZE)" in capsys.readouterr().err

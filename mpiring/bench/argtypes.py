@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 from .nccl_names import OPS, op_name, type_name
 from .sizes import parse_size
@@ -28,7 +28,7 @@ def _rank() -> int:
 class RankZeroParser(argparse.ArgumentParser):
     """An argument parser that prints on rank 0 only (every rank parses the same argv)."""
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: Any = None) -> None:
         if _rank() == 0:
             super()._print_message(message, file)
 

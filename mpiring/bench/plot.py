@@ -283,7 +283,8 @@ def plot_batches(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | No
         for v in values:
             line = sorted((r for r in rs if r.batches == v), key=lambda r: r.size_bytes)
             if v == "auto":
-                style = dict(color="black", linestyle=":", marker="x", label="auto")
+                style: dict[str, Any] = dict(color="black", linestyle=":", marker="x",
+                                             label="auto")
             else:
                 i = numeric.index(v)
                 color = cmap(0.1 + 0.8 * i / max(1, len(numeric) - 1))

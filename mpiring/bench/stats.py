@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -83,7 +84,9 @@ def combine(per_rank: list[Stats], average: int = SLOWEST) -> tuple[Stats, int]:
     worst = max(range(len(per_rank)), key=lambda r: per_rank[r].median)
     if average == RANK0:
         return per_rank[0], worst
-    pick = {AVERAGE: statistics.fmean, FASTEST: min, SLOWEST: max}[average]
+    picks: dict[int, Callable[[list[float]], float]] = {AVERAGE: statistics.fmean, FASTEST: min,
+                                                        SLOWEST: max}
+    pick = picks[average]
     return Stats(*(pick([getattr(s, name) for s in per_rank]) for name in STAT_FIELDS)), worst
 
 

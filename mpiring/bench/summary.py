@@ -118,7 +118,7 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
             parts.append(f"peak {peak.busbw_gbs:.2f} GB/s at {format_size(peak.size_bytes)}")
             sp = [r for r in timed if r.speedup is not None and math.isfinite(r.speedup)]
             if sp and algo != baseline:
-                best = max(sp, key=lambda r: r.speedup)
+                best = max(sp, key=lambda r: r.speedup or 0.0)
                 parts.append(f"best {best.speedup:.2f}x vs {baseline} at "
                              f"{format_size(best.size_bytes)}")
             gemm = _finite(r.gemm_slowdown for r in timed)
