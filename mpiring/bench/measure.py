@@ -6,7 +6,10 @@ rank runs the same number of collective calls.
 
 Timing: ``Barrier``, then a region of ``k`` back-to-back calls timed with CUDA events on the
 current CuPy stream (GPU) or ``MPI.Wtime`` (host); per-iteration time = region / k; a few
-repetitions give mean/std/min/max/median, and the slowest rank's figures are reported.
+repetitions give mean/std/min/max/median, and the ranks' figures are combined as
+nccl-tests' ``-a`` says (:func:`~mpiring.bench.stats.combine`; by default the slowest rank's).
+The check (``-c N``: N calls, each on freshly poisoned output) comes first and counts the
+wrong elements over all ranks (nccl-tests' ``#wrong``).
 
 An algorithm that rejects a point's arguments (``InvalidArgumentError``: oneshot above its
 size limit, say) makes that point "inapplicable", reported n/a: not a failure, no effect on
