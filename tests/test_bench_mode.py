@@ -120,8 +120,11 @@ def test_decisions():
     assert decide("auto", [GOOD, GOOD]) == Mode(True)
     assert decide("gpu", [GOOD]) == Mode(True)
     host = decide("auto", [NO_GPU, NO_GPU])
-    assert not host.gpu and "no GPU (CuPy is not installed)" in host.note
-    assert not decide("host", []).gpu and "--host" in decide("host", []).note
+    assert not host.gpu and host.reason == "no GPU (CuPy is not installed)"
+    assert host.note == "no GPU (CuPy is not installed): benchmarking the host transport " \
+                        "against MPI.Allreduce"
+    assert not decide("host", []).gpu and decide("host", []).reason == "--host was given"
+    assert decide("auto", [GOOD]).note == ""
     with pytest.raises(ModeError, match=r"this machine has GPUs \(rank 1: /dev/nvidia0\) but "
                                         r"ranks 0, 1 cannot use them: rank 1: CuPy is installed"):
         decide("auto", [NO_GPU, BROKEN])
@@ -129,8 +132,10 @@ def test_decisions():
         decide("auto", [BROKEN])
     with pytest.raises(ModeError, match="rank 1 cannot use them"):  # a rank without its GPU
         decide("auto", [GOOD, NO_GPU])
-    with pytest.raises(ModeError, match="--gpu: rank 0 cannot use a GPU: rank 0: CuPy is not"):
+    with pytest.raises(ModeError, match="--gpu: rank 0 cannot use a GPU: CuPy is not installed"):
         decide("gpu", [NO_GPU, GOOD])
+    with pytest.raises(ModeError, match="--gpu: ranks 0, 1 cannot use a GPU: rank 0: CuPy is not"):
+        decide("gpu", [NO_GPU, NO_GPU])
 
 
 probes = st.lists(st.sampled_from([BROKEN, NO_GPU, GOOD]), min_size=1, max_size=6)
@@ -153,7 +158,8 @@ def test_decision_rules(ranks, wanted):
 def test_algorithms_of_the_wrong_memory_are_errors():
     check_algorithms(None, False, ("mpi", "ring", "auto"), "")
     check_algorithms(("ring",), False, ("mpi", "ring", "auto"), "")
-    with pytest.raises(ModeError, match="--algo nccl: reduces GPU arrays only, but no GPU"):
+    with pytest.raises(ModeError, match=r"--algo nccl: reduces GPU arrays only, and this run "
+                                        r"benchmarks host arrays \(no GPU \(why\)\)"):
         check_algorithms(("ring", "nccl"), False, ("mpi", "ring", "auto"), "no GPU (why)")
     with pytest.raises(ModeError, match="--algo mpi: reduces host arrays only.*add --host"):
         check_algorithms(("mpi",), True, ("nccl", "ring"), "")

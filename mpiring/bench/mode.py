@@ -33,10 +33,17 @@ class Probe:
 
 @dataclass(frozen=True)
 class Mode:
-    """The decision: ``gpu`` or host arrays, and the sentence the banner shows for a host run."""
+    """The decision: ``gpu`` or host arrays; for a host run, ``reason`` says why ("--host was
+    given", "this machine shows no GPU (...)")."""
 
     gpu: bool
-    note: str = ""
+    reason: str = ""
+
+    @property
+    def note(self) -> str:
+        """The banner's sentence for a host run ("" for a GPU run)."""
+        return f"{self.reason}: benchmarking the host transport against MPI.Allreduce" \
+            if not self.gpu else ""
 
 
 def probe_this_rank() -> Probe:
@@ -51,14 +58,15 @@ def decide(wanted: str, probes: Sequence[Probe]) -> Mode:
     """Pure: the mode for ``wanted`` ("auto", "gpu" or "host") given every rank's probe (in
     rank order); raises :class:`ModeError` naming the ranks and the reason."""
     if wanted == HOST:
-        return Mode(False, "--host: benchmarking the host transport against MPI.Allreduce")
+        return Mode(False, "--host was given")
     bad = [(rank, p) for rank, p in enumerate(probes) if not p.usable]
     if not bad:
         return Mode(True)
     rank, first = bad[0]
     where = _ranks(r for r, _ in bad)
     if wanted == GPU:
-        raise ModeError(f"--gpu: {where} cannot use a GPU: rank {rank}: {first.reason}")
+        cause = first.reason if len(bad) == 1 else f"rank {rank}: {first.reason}"
+        raise ModeError(f"--gpu: {where} cannot use a GPU: {cause}")
     seen = [(r, p) for r, p in enumerate(probes) if p.visible or p.usable]
     if seen:
         # quote a rank that shows GPUs but cannot use them: its error is the one to fix
@@ -69,8 +77,7 @@ def decide(wanted: str, probes: Sequence[Probe]) -> Mode:
             f"this machine has GPUs (rank {r}: {evidence}) but {where} cannot use them: "
             f"rank {rank}: {first.reason}. Fix the installation, or pass --host to benchmark "
             "the host transport on purpose")
-    return Mode(False, f"no GPU ({first.reason}): benchmarking the host transport against "
-                       "MPI.Allreduce")
+    return Mode(False, f"no GPU ({first.reason})")
 
 
 def _ranks(ranks: Any) -> str:
@@ -87,7 +94,7 @@ def choose(wanted: str, world: Any, probe: Callable[[], Probe] | None = None) ->
 
 
 def check_algorithms(wanted: Sequence[str] | None, gpu: bool, runnable: Sequence[str],
-                     note: str) -> None:
+                     reason: str) -> None:
     """Raise :class:`ModeError` when an algorithm asked for with ``--algo`` cannot reduce the
     run's memory (``nccl`` in a host run, ``mpi`` in a GPU run): asking for it is a mistake
     to report, not a row to skip."""
@@ -98,6 +105,6 @@ def check_algorithms(wanted: Sequence[str] | None, gpu: bool, runnable: Sequence
         raise ModeError(f"--algo {','.join(wrong)}: reduces host arrays only, and this run "
                         f"benchmarks GPU arrays ({', '.join(runnable)}); add --host to benchmark "
                         "the host transport")
-    why = note or "this run benchmarks host arrays"
-    raise ModeError(f"--algo {','.join(wrong)}: reduces GPU arrays only, but {why}; on the host "
-                    f"choose from {', '.join(runnable)}")
+    raise ModeError(f"--algo {','.join(wrong)}: reduces GPU arrays only, and this run benchmarks "
+                    f"host arrays ({reason or 'no GPU'}); on the host choose from "
+                    f"{', '.join(runnable)}")

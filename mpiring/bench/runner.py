@@ -101,17 +101,18 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     try:
         mode = choose(opts.memory, world)
         wanted = algos_for(mode.gpu) if algos_for else opts.algos
-        check_algorithms(wanted, mode.gpu, runnable(mode.gpu), mode.note)
+        check_algorithms(wanted, mode.gpu, runnable(mode.gpu), mode.reason)
     except ModeError as err:
         raise BenchError(str(err)) from err
     gpu = mode.gpu
     if opts.timing == "graph" and not gpu:
         raise BenchError(f"-G/--graph needs GPUs: it captures the calls in a CUDA graph, but "
-                         f"{mode.note}; drop it to time host arrays")
+                         f"this run benchmarks host arrays ({mode.reason}); drop it to time "
+                         "host arrays")
     if opts.overlap and not gpu:
         raise BenchError(f"--overlap {opts.overlap} needs GPUs: it runs a CuPy matmul beside "
-                         f"the allreduce on each rank's GPU, but {mode.note}; drop --overlap "
-                         "to benchmark the host transport")
+                         f"the allreduce on each rank's GPU, but this run benchmarks host "
+                         f"arrays ({mode.reason}); drop --overlap to benchmark the host transport")
     if opts.timing == "gpu" and not gpu:  # GPU time where it can be had: eager on the host
         opts = replace(opts, timing="eager")
     try:
