@@ -198,3 +198,32 @@ def test_tune_falls_back_to_the_host_without_gpus(monkeypatch, tmp_path, capsys)
     assert "graph" not in captured.err
     assert load(path).tables == {1: ((None, "ring"),)}
     assert "no GPU (CuPy is not installed)" in captured.out
+
+
+class DeviceErrorCupy:
+    """A CuPy that imports but whose runtime cannot reach a device (a driver too old)."""
+
+    class cuda:  # noqa: N801 - mirrors cupy.cuda
+        class runtime:  # noqa: N801
+            @staticmethod
+            def getDeviceCount():  # noqa: N802
+                raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is "
+                                   "insufficient for CUDA runtime version")
+
+
+@pytest.mark.parametrize("seen", ["1 NVIDIA device file(s): /dev/nvidia0", ""])
+def test_a_cupy_that_cannot_reach_a_device_warns_where_gpus_are_visible(monkeypatch, recwarn,
+                                                                        seen):
+    monkeypatch.setitem(sys.modules, "cupy", DeviceErrorCupy)
+    monkeypatch.setattr(cuda.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(cuda, "visible_gpus", lambda: seen)
+    cuda.gpu_status.cache_clear()
+    try:
+        assert not cuda.available()
+        reason = cuda.unavailable_reason()
+        assert "cannot reach a CUDA device: RuntimeError: cudaErrorInsufficientDriver" in reason
+        assert "install the extra of your CUDA major" in reason
+        warned = [w for w in recwarn if "GPUs unusable" in str(w.message)]
+        assert len(warned) == (1 if seen else 0)
+    finally:
+        cuda.gpu_status.cache_clear()

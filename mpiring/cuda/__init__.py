@@ -10,9 +10,9 @@ Importing this package never imports CuPy. Whether the GPU path can run, and why
 * :func:`visible_gpus`: whether this machine shows NVIDIA GPUs at all, found without CuPy, so
   that a broken install on a GPU machine can be told from a machine without GPUs.
 
-CuPy is probed once per process. A CuPy that is installed but fails to load also raises a
-:class:`RuntimeWarning` (once), so that ``Communicator()`` on such a machine does not fall back
-to host arrays in silence.
+CuPy is probed once per process. A CuPy that is installed but fails to load, or that loads but
+cannot reach the GPUs this machine shows, also raises a :class:`RuntimeWarning` (once), so
+that ``Communicator()`` on such a machine does not fall back to host arrays in silence.
 """
 
 from __future__ import annotations
@@ -80,8 +80,14 @@ def gpu_status() -> GpuStatus:
     try:
         count = int(cupy.cuda.runtime.getDeviceCount())
     except Exception as err:  # CUDARuntimeError: no driver, driver too old, no device
-        return GpuStatus(False, f"CuPy loaded but cannot reach a CUDA device: {type(err).__name__}: "
-                                f"{err}{_hidden_note()}")
+        reason = (f"CuPy loaded but cannot reach a CUDA device: {type(err).__name__}: {err}"
+                  f"{_hidden_note()}; if the driver is older than CuPy's CUDA, install the extra "
+                  f"of your CUDA major: {install_hint()}")
+        seen = visible_gpus()
+        if seen:  # GPUs are there: a silent fall-back to host arrays would hide a broken install
+            warnings.warn(f"mpiring: GPUs unusable ({seen}): {reason}", RuntimeWarning,
+                          stacklevel=2)
+        return GpuStatus(False, reason)
     if count < 1:
         return GpuStatus(False, f"CuPy loaded but sees no CUDA device{_hidden_note()}")
     return GpuStatus(True)
