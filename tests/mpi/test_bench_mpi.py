@@ -199,7 +199,7 @@ def test_nccl_tests_output_on_real_ranks(shared_dir, capsys):
     every rank in the header with its host and MPI library; the CSV has the same rows."""
     status = main(["-b", "1K", "-e", "16K", "-f", "4", "--output-dir", str(shared_dir), "--name",
                    "nt", "--time-budget", "0.005", "--reps", "2", "--no-plot", "--progress", "off",
-                   "--nccl-tests", "-c", "2", "-a", "1", "-d", "float", "-o", "sum"])
+                   "--nccl-tests", "-c", "2", "-a", "1", "-d", "float", "-o", "sum", "--host"])
     problems = [] if status == 0 else [f"exit status {status}"]
     out = capsys.readouterr().out
     if world.rank == 0:
