@@ -23,10 +23,11 @@ from .errors import (
     SetupError,
     UnavailableError,
 )
+from .launch import warn_if_singleton
 from .ops import Op
 from .timeouts import TimeoutPolicy
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 __all__ = [
     "Algorithm",
     "Communicator",
@@ -46,3 +47,4 @@ __all__ = [
 ]
 
 configure_logging()
+warn_if_singleton()  # a launcher that started several processes, each alone: the wrong MPI

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -23,7 +23,6 @@ from . import algorithms, cuda
 from .agreement import FIELDS, AgreementCheck, all_ranks, join
 from .algorithms import Collective
 from .algorithms import auto as auto_table
-from .backends.base import Backend
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
@@ -40,7 +39,11 @@ from .errors import (
 )
 from .groups import Groups, make_groups
 from .options import DEFAULT_HOST_SLOT_BYTES, Options, empty_like
+from .topology import Topology
 from .transports.host import slot_bytes_for
+
+if TYPE_CHECKING:
+    from .backends.gpu import GpuBackend
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +92,12 @@ class Communicator:
         self.groups: Groups | None = None
         self.board: ControlBoard | None = None
         self._host: HostBackend | None = None
-        self._gpu: Backend | None = None
+        self._gpu: GpuBackend | None = None
         try:
-            self.groups = make_groups(self.comm, self.timeout)
-            self._set_up(gpu, device, slot_bytes, inter)
+            self.groups = groups = make_groups(self.comm, self.timeout)
+            host = self._set_up(groups, gpu, device, slot_bytes, inter)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced, tuning,
-                                        self.groups.topology, self._host, self._gpu)
+                                        groups.topology, host, self._gpu)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -111,16 +114,17 @@ class Communicator:
         return self.timeouts.seconds
 
     @property
-    def topology(self):
+    def topology(self) -> Topology:
         """Where the ranks are: nodes, places, rails (:class:`mpiring.topology.Topology`)."""
-        return self.groups.topology
+        return self._dispatch.topology
 
-    def _set_up(self, gpu: bool | None, device: int | None, slot_bytes: int | None, inter: str) -> None:
-        """Collective set-up on every rank: control board, backends (per node)."""
-        groups = self.groups
+    def _set_up(self, groups: Groups, gpu: bool | None, device: int | None, slot_bytes: int | None,
+                inter: str) -> HostBackend:
+        """Collective set-up on every rank: control board, backends (per node); returns the host
+        backend (the GPU one, if any, is ``self._gpu``)."""
         host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
         self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
-        self._host = HostBackend(groups, self.board, host_slot, self.timeouts)
+        self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
         # After the board: the check counts its calls there, to name missing ranks.
         self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
                                          algorithms.name_of_code, lambda c: Collective(c).label,
@@ -137,6 +141,7 @@ class Communicator:
             from .backends.gpu import GpuBackend
 
             self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
+        return host
 
     # -- failure state -----------------------------------------------------------------
 
@@ -158,7 +163,7 @@ class Communicator:
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        peers = self.board.failed_peers()
+        peers = cast(ControlBoard, self.board).failed_peers()
         if peers:
             err = PeerFailedError(
                 f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
@@ -239,11 +244,11 @@ class Communicator:
             self._agree(rejected is not None, values)
         if rejected is not None:
             raise rejected
-        call, row = prepared.call, prepared.row
+        call = prepared.call
         if call.recv.count == 0:
             return
         try:
-            row.runner(collective)(prepared.backend, call)
+            prepared.run(prepared.backend, call)
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
             self._fail(err)
             raise

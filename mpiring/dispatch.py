@@ -20,6 +20,7 @@ from mpi4py import MPI
 from . import algorithms
 from .algorithms import AUTO, Algorithm, Call, Collective
 from .algorithms import auto as auto_table
+from .algorithms.base import Run
 from .buffers import Memory, check_pair, describe
 from .errors import InvalidArgumentError, UnavailableError
 from .ops import dtype_code, normalize_op
@@ -36,6 +37,7 @@ MEMO_ENTRIES = 4096  # resolved rows kept per communicator
 class Prepared:
     call: Call
     row: Algorithm
+    run: Run  # the row's entry for the collective
     backend: Backend
     values: dict[str, int]  # what the agreement check compares
 
@@ -86,7 +88,9 @@ class Dispatcher:
             row.check(backend, call)
         values = dict(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op), algorithm=row.code,
                       batches=nb or 0, memory=int(recv.memory), collective=int(collective))
-        return Prepared(call, row, backend, values)
+        run = row.runner(collective)
+        assert run is not None  # row() refuses a row without this collective
+        return Prepared(call, row, run, backend, values)
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:
@@ -110,8 +114,11 @@ class Dispatcher:
                  collective: Collective) -> Algorithm:
         name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
         if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the call
-            forced = self.forced and _fits(algorithms.get(self.forced), memory, collective, self.topology)
-            name = self.forced if forced else self._auto_choice(nbytes, memory, collective)
+            forced = self.forced
+            if forced is not None and _fits(algorithms.get(forced), memory, collective, self.topology):
+                name = forced
+            else:
+                name = self._auto_choice(nbytes, memory, collective)
         row = algorithms.get(name)
         if not row.serves(memory):
             kind = "GPU" if memory is Memory.CUDA else "host"
@@ -146,20 +153,20 @@ class Dispatcher:
         collectives). On one node: the ring for the other collectives; for allreduce the tuning
         table's choice, moved to the next candidate that can run the call (fits its size
         limit; capturable while a CUDA graph is being captured)."""
-        gpu = memory is Memory.CUDA and self.gpu is not None
+        gpu = self.gpu if memory is Memory.CUDA else None
         if self.topology.nodes > 1:
             if collective is Collective.ALLREDUCE:
                 return "hier"
-            return "nccl" if gpu else "mpi"
+            return "nccl" if gpu is not None else "mpi"
         candidates = algorithms.auto_candidates(memory)
-        if not gpu or self.topology.size == 1 or collective is not Collective.ALLREDUCE:
+        if gpu is None or self.topology.size == 1 or collective is not Collective.ALLREDUCE:
             return candidates[0]  # the ring: the host's one mpiring algorithm; one rank: a copy
         first = self.tuning.choose(self.topology.size, nbytes)
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
             row = algorithms.get(name)
-            limit = row.max_bytes(self.gpu)
+            limit = row.max_bytes(gpu)
             # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
-            if (limit is None or nbytes <= limit) and (row.graph_capturable or not self.gpu.capturing()):
+            if (limit is None or nbytes <= limit) and (row.graph_capturable or not gpu.capturing()):
                 return name
         return first
 

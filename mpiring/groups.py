@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import cast
 
 from mpi4py import MPI
 
@@ -54,7 +55,7 @@ def make_groups(comm: MPI.Intracomm, timeout: float) -> Groups:
     """Collective over ``comm`` (bounded exchange, then blocking splits with every rank present):
     find the nodes and make the node, rail and physical-node communicators."""
     rank = comm.rank
-    shared = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    shared = cast(MPI.Intracomm, comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank))
     try:
         physical = min(allgather(shared, rank, timeout, "name its physical node"))
         spec = os.environ.get(VIRTUAL_NODES, "").strip()
@@ -66,15 +67,15 @@ def make_groups(comm: MPI.Intracomm, timeout: float) -> Groups:
         keys: list[object] = [p for _, p in everyone]
         if spec:
             virtual = virtual_node_of(spec, comm.size)  # the same error on every rank
-            for node in set(virtual):
-                machines = {keys[r] for r in range(comm.size) if virtual[r] == node}
+            for index in set(virtual):
+                machines = {keys[r] for r in range(comm.size) if virtual[r] == index}
                 if len(machines) > 1:
                     raise SetupError(f"{VIRTUAL_NODES}={spec!r} puts ranks of different machines on "
-                                     f"virtual node {node}: virtual nodes only split one machine")
+                                     f"virtual node {index}: virtual nodes only split one machine")
             keys = [("virtual", v) for v in virtual]
         topo = from_node_keys(keys)
-        node = comm.Split(topo.node_of[rank], key=rank) if spec else shared
-        rail = comm.Split(topo.local_of[rank], key=rank)
+        node = cast(MPI.Intracomm, comm.Split(topo.node_of[rank], key=rank)) if spec else shared
+        rail = cast(MPI.Intracomm, comm.Split(topo.local_of[rank], key=rank))
     except BaseException:
         shared.Free()
         raise

@@ -1,4 +1,4 @@
-"""mpiring.bench.cli: options, defaults, validation, --help."""
+"""mpiring.bench.cli: options, defaults, validation, nccl-tests' letters, --help."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ def test_defaults():
     assert o.size_range(gpu=True) == (1024, 8 << 30)
     assert o.size_range(gpu=False) == (1024, 64 << 20)
     assert o.algos is None and o.batches == ("auto",) and o.placements == ("out",)
-    assert (o.dtype, o.op, o.check, o.host, o.plot) == ("float32", "sum", True, False, True)
+    assert (o.dtype, o.op, o.check, o.host, o.gpu, o.plot) == ("float32", "sum", 1, False, False,
+                                                               True)
+    assert o.memory == "auto" and o.average == 3 and o.output_format == "table"
     assert o.time_budget == 0.15 and o.reps == 5 and o.iters is None and o.warmup is None
-    assert o.output_dir == "results" and o.name == "allreduce"
+    assert (o.timing, o.graph_launches) == ("eager", 1)
+    assert o.output_dir == "mpiring-results" and o.name == "allreduce"
 
 
 def test_everything_given():
@@ -28,16 +31,74 @@ def test_everything_given():
     assert o.algos == ("ring", "nccl") and o.batches == (1, 2, "auto", 4)
     assert o.placements == ("in", "out") and (o.dtype, o.op) == ("bfloat16", "max")
     assert (o.iters, o.warmup, o.reps, o.time_budget) == (20, 3, 7, 0.5)
-    assert not o.check and o.host and not o.plot and o.time_agreement
+    assert o.check == 0 and o.host and o.memory == "host" and not o.plot and o.time_agreement
     assert (o.output_dir, o.name, o.seed, o.timeout, o.progress) == ("/tmp/x", "h200", 9, 30.0,
                                                                     "off")
+
+
+@pytest.mark.parametrize(("text", "numpy_name"), [
+    ("half", "float16"), ("float", "float32"), ("double", "float64"), ("bfloat16", "bfloat16"),
+    ("int32", "int32"), ("int64", "int64"), ("int", "int32"), ("float16", "float16"),
+    ("FLOAT", "float32"), ("float64", "float64"),
+])
+def test_types_by_nccl_tests_or_numpy_name(text, numpy_name):
+    assert parse_args(["-d", text]).dtype == numpy_name
+    assert parse_args(["--datatype", text]).dtype == numpy_name
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-d", "uint8"], "nccl-tests type that mpiring does not reduce"),
+    (["-d", "f8e4m3"], "nccl-tests type that mpiring does not reduce"),
+    (["-d", "all"], "one type per run"),
+    (["-d", "complex64"], "unknown type"),
+    (["-o", "avg"], "not an mpiring op yet"),
+    (["-o", "mulsum"], "not an mpiring op"),
+    (["-o", "all"], "one op per run"),
+    (["-a", "ring,nccl"], "the algorithms are --algo"),
+    (["-a", "4"], "must be one of 0 rank 0, 1 average, 2 minimum, 3 maximum"),
+    (["-G", "-1"], "at least 0"),
+    (["-c", "-1"], "at least 0"),
+])
+def test_nccl_tests_values_mpiring_cannot_take_are_explained(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_nccl_tests_letters():
+    o = parse_args(["-b", "8", "-e", "128M", "-f", "2", "-n", "50", "-w", "5", "-c", "3", "-G",
+                    "4", "-a", "1", "-d", "half", "-o", "prod"])
+    assert (o.minbytes, o.maxbytes, o.stepfactor, o.iters, o.warmup) == (8, 128 << 20, 2, 50, 5)
+    assert (o.check, o.timing, o.graph_launches, o.average) == (3, "graph", 4, 1)
+    assert (o.dtype, o.op) == ("float16", "prod")
+    assert parse_args(["-c", "0"]).check == 0
+    assert parse_args(["--check"]).check == 1 and parse_args(["--check", "5"]).check == 5
+    assert parse_args(["-G", "0"]).timing == "eager"
+    assert (parse_args(["--graph"]).timing, parse_args(["--graph"]).graph_launches) == ("graph", 1)
+    assert parse_args(["--cudagraph", "2"]).graph_launches == 2
+    assert [parse_args(["-a", str(a)]).average for a in range(4)] == [0, 1, 2, 3]
+    assert parse_args(["--average", "2"]).average == 2
+
+
+def test_nccl_tests_output_measures_both_placements_unless_told():
+    o = parse_args(["--nccl-tests"])
+    assert o.output_format == "nccl-tests" and o.placements == ("out", "in")
+    assert parse_args(["--nccl-tests", "--placement", "in"]).placements == ("in",)
+
+
+def test_gpu_and_host_exclude_each_other(capsys):
+    assert parse_args(["--gpu"]).memory == "gpu"
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--gpu", "--host"])
+    assert exc.value.code == 2 and "not allowed with" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [
     ["-b", "1Q"], ["-e", "0"], ["-b", "2M", "-e", "1M"], ["-f", "1"], ["-f", "2", "-i", "1M"],
     ["--algo", "gloo"], ["--batches", "0"], ["--batches", "two"], ["-d", "complex64"],
     ["-o", "avg"], ["--placement", "both"], ["-n", "0"], ["-w", "-1"], ["--time-budget", "0"],
-    ["--name", "a/b"], ["--progress", "maybe"],
+    ["--name", "a/b"], ["--progress", "maybe"], ["-a", "ring"],
 ])
 def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -51,12 +112,15 @@ def test_help_documents_every_option():
     for flag in ["-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor", "-i", "--stepbytes",
                  "--algo", "--batches", "-d", "--dtype", "-o", "--op", "--placement", "--iters",
                  "--warmup", "--reps", "--time-budget", "--max-iters", "--output-dir", "--name",
-                 "--no-plot", "--host", "--check", "--no-check", "--seed", "--timeout",
-                 "--time-agreement", "--progress", "--overlap", "--gemm-size"]:
+                 "--no-plot", "--host", "--gpu", "--check", "--no-check", "--seed", "--timeout",
+                 "--time-agreement", "--progress", "--overlap", "--gemm-size", "-a", "--average",
+                 "-G", "--cudagraph", "--graph", "-c", "--nccl-tests"]:
         assert flag in text, flag
     for action in build_parser()._actions:
         assert action.help, action.option_strings
     assert "busbw" in text and "exit status" in text
+    assert "Renamed" in text and "now the averaging mode" in text  # -a's new meaning
+    assert "mpiring-results" in text and "interrupted" in text
 
 
 def test_overlap_options():

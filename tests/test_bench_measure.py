@@ -54,7 +54,7 @@ class FakeComm:
             send[0] += 1
 
 
-def measure(mode="good", placement="out", check=True, dtype=np.float32, op="sum", overlap=None,
+def measure(mode="good", placement="out", check=1, dtype=np.float32, op="sum", overlap=None,
             **policy):
     space = HostSpace()
     gen = InputGenerator(np, op, np.dtype(dtype), 1, seed=5)
@@ -93,6 +93,33 @@ def test_wrong_results_fail_and_are_never_timed(mode, placement, words):
     assert out.stats is None and out.iters is None
     assert comm.calls == 1
     assert words in out.note and out.note.startswith("rank 0:")
+    assert out.wrong == int(words.split(" of ")[0].split()[-1])  # #wrong: the elements counted
+
+
+@pytest.mark.parametrize("checks", [1, 3])
+def test_check_iterations_each_on_fresh_poison(checks):
+    """-c N: N checked calls before timing; a correct point reports #wrong 0."""
+    out, comm = measure(check=checks)
+    assert (out.status, out.check, out.wrong) == ("ok", "OK", 0)
+    assert comm.checked_calls == checks  # the library's agreement: checked calls only
+
+
+class FlakyComm(FakeComm):
+    """Correct on its first call, wrong on the second: only a second check finds it."""
+
+    def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        self.mode = "wrong" if self.calls == 1 else "good"
+        super().Allreduce(send, recv, op, algorithm=algorithm, batches=batches)
+
+
+def test_a_second_check_catches_what_the_first_missed():
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    m = PointMeasurer(MPI.COMM_SELF, FlakyComm(), space, TimingPolicy(budget_s=0.01), check=2,
+                      time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
+    assert (out.status, out.wrong) == ("fail", 1) and out.stats is None
 
 
 def test_integer_poison_catches_a_silent_call():
@@ -107,7 +134,7 @@ def test_unavailable_and_errors_become_outcomes():
     assert out.status == "error" and "RuntimeError: boom" in out.note and out.needs_rebuild
 
 
-@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("check", [1, 0])
 def test_rejected_arguments_are_inapplicable_not_errors(check):
     out, comm = measure("limit", check=check)
     assert (out.status, out.check) == ("inapplicable", "-")
@@ -184,9 +211,48 @@ def test_overlap_runs_after_a_timed_point_only():
 
 
 def test_no_check_times_without_checking():
-    out, comm = measure("wrong", check=False)
-    assert (out.status, out.check) == ("ok", "off")
+    out, comm = measure("wrong", check=0)
+    assert (out.status, out.check, out.wrong) == ("ok", "off", None)
     assert comm.checked_calls == 0
+
+
+class TwoRankWorld:
+    """allgather: this rank's part, then a pretend rank 1 twice as slow (timing stages) or
+    with one wrong element (check stages)."""
+
+    rank, size = 0, 2
+
+    def allgather(self, local):
+        status, value, note, argument = local
+        if status == "ok" and isinstance(value, tuple) and len(value) == 5:
+            return [local, (status, tuple(2 * v for v in value), note, argument)]
+        return [local, local]
+
+    def Barrier(self):  # noqa: N802
+        pass
+
+
+@pytest.mark.parametrize(("average", "factor"), [(0, 1.0), (1, 1.5), (2, 1.0), (3, 2.0)])
+def test_averaging_modes_combine_the_ranks_times(average, factor):
+    """-a: rank 0's time, the average, the minimum or the maximum over ranks."""
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    policy = TimingPolicy(budget_s=0.01, reps=3, iters=5, warmup=1, average=average)
+    m = PointMeasurer(TwoRankWorld(), FakeComm(), space, policy, check=0, time_agreement=False,
+                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    mine = []
+    real = m._timed
+
+    def timed(call, k):
+        mine.append(real(call, k))
+        return mine[-1]
+
+    m._timed = timed
+    out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
+    reps = sorted(mine[-3:])
+    assert out.stats.median == pytest.approx(factor * reps[1])
+    assert out.slowest_rank == 1
 
 
 def test_fixed_iterations_and_warmup():
@@ -236,4 +302,5 @@ def test_serial_end_to_end(tmp_path):
     # 5 sizes x (mpi x 2 placements + (ring, hier) x 2 batches x 2 placements)
     assert len(rows) == 5 * 10
     assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
+    assert {r["wrong"] for r in rows} == {"0"}
     assert {r["algo"] for r in rows} == {"mpi", "ring", "hier"}

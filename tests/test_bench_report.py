@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from mpiring.bench.report import Reporter, columns, fmt_bw, fmt_speedup, fmt_time, table_width
+import io
+
+import pytest
+
+from mpiring.bench.command import exit_status
+from mpiring.bench.report import (
+    Reporter,
+    columns,
+    fmt_bw,
+    fmt_speedup,
+    fmt_time,
+    is_terminal,
+    table_width,
+    wrong_label,
+)
 from mpiring.bench.results import Row
-from mpiring.bench.runner import exit_status
 
 
 def row(**kw) -> Row:
@@ -27,18 +40,22 @@ def test_rows_print_on_rank_0_unsqueezed(capsys):
     rep = Reporter(True, progress="off", baseline="nccl")
     rep.start(3)
     rep.row(row())
-    rep.row(row(algo="nccl-ring", batches="4", status="fail", check="FAIL", time_us=None,
-                busbw_gbs=None, speedup=None, note="rank 2: wrong result: 1 of 262144"))
+    rep.row(row(algo="nccl-ring", batches="4", status="fail", check="FAIL", wrong=17,
+                time_us=None, busbw_gbs=None, speedup=None,
+                note="rank 2: wrong result: 17 of 262144 [first at 3]"))
     rep.row(row(status="error", check="-", time_us=None, note="rank 0: RuntimeError: x"))
     rep.stop()
     out = capsys.readouterr().out
     lines = out.splitlines()
     ok = next(line for line in lines if "ring" in line and "1 MiB" in line)
     for text in ("1 MiB", "262144", "float32", "sum", "auto", "out", "123.5", "12.74",
-                 "1.23x", "OK"):
+                 "1.23x"):
         assert text in ok, text
-    assert "speed-up" in out and "vs nccl" in out and "busbw" in out
-    assert "FAIL" in out and "rank 2: wrong result" in out
+    assert ok.rstrip().endswith(" 0")  # #wrong: no wrong element
+    assert "speed-up" in out and "vs nccl" in out and "busbw" in out and "#wrong" in out
+    fail = next(line for line in lines if "nccl-ring" in line)
+    assert fail.rstrip().endswith(" 17")
+    assert "rank 2: wrong result: 17 of 262144 [first at 3]" in out  # brackets kept: no markup
     assert "ERROR" in out and "RuntimeError" in out
     assert max(len(line) for line in lines) <= table_width(columns("nccl")) + 1
 
@@ -79,7 +96,7 @@ def test_six_algorithms_auto_pick_and_na_rows(capsys):
     rep.stop()
     lines = capsys.readouterr().out.splitlines()
     auto = next(line for line in lines if "auto:twoshot" in line)
-    assert "1.23x" in auto and "OK" in auto
+    assert "1.23x" in auto and auto.rstrip().endswith(" 0")
     na = next(line for line in lines if "oneshot" in line)
     assert na.rstrip().endswith("n/a")
     assert not any("InvalidArgumentError" in line for line in lines)  # n/a is not an error
@@ -103,3 +120,65 @@ def test_overlap_columns(capsys):
 
 def test_not_applicable_points_do_not_change_the_exit_status():
     assert exit_status([row(), row(status="inapplicable", check="-")]) == 0
+
+
+def test_wrong_label():
+    assert wrong_label(row(wrong=0)) == "0" and wrong_label(row(wrong=12, status="fail")) == "12"
+    assert wrong_label(row(check="off")) == "off"
+    assert wrong_label(row(status="inapplicable", check="-")) == "n/a"
+    assert wrong_label(row(status="error", check="-")) == "ERROR"
+
+
+class FakeTty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("progress", "env", "terminal"), [
+    ("auto", {"TERM": "xterm"}, True),
+    ("auto", {"TERM": "dumb"}, False),
+    ("auto", {"TERM": "xterm", "OMPI_COMM_WORLD_SIZE": "4"}, False),  # Open MPI's pty
+    ("auto", {"PMIX_RANK": "0"}, False),
+    ("off", {"TERM": "xterm"}, False),
+    ("on", {"TERM": "dumb", "OMPI_COMM_WORLD_SIZE": "4"}, True),
+])
+def test_terminal_only_where_no_launcher_could_fake_one(progress, env, terminal):
+    assert is_terminal(FakeTty(), progress, env) is terminal
+    assert is_terminal(io.StringIO(), progress, env) is (progress == "on")
+
+
+@pytest.mark.parametrize("progress", ["off", "auto"])
+def test_no_control_sequences_when_not_a_terminal(progress, capsys):
+    """Logs hold plain text: no colour, no cursor codes, even for styled notes and errors."""
+    rep = Reporter(True, progress=progress, baseline="nccl")
+    rep.banner("title", [("ranks", "4")], note="a note")
+    rep.start(2)
+    rep.working_on("1 MiB")
+    rep.row(row())
+    rep.row(row(status="fail", check="FAIL", wrong=3, time_us=None, note="rank 1: wrong"))
+    rep.advance(2)
+    rep.note("styled", style="bold red")
+    rep.error("an error")
+    rep.stop()
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out and "\x1b" not in captured.err
+    assert "an error" in captured.err and "styled" in captured.out
+
+
+def test_nccl_tests_mode_prints_plain_tables(capsys):
+    rep = Reporter(True, progress="off", plain=True)
+    rep.set_baseline("nccl", placements=("out", "in"))
+    rep.banner("mpiring allreduce benchmark", [("ranks", "2")], note="no GPU")
+    rep.start(4)
+    for size in (1024, 2048):
+        for place in ("out", "in"):
+            rep.row(row(size_bytes=size, count=size // 4, placement=place, algo="nccl",
+                        batches="-", wrong=0, algbw_gbs=1.0, busbw_gbs=2.0))
+    rep.section()
+    rep.stop()
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.startswith("#") for line in lines if not line[:1].isspace())
+    data = [line.split() for line in lines if not line.startswith("#")]
+    assert [d[0] for d in data] == ["1024", "2048"] and all(len(d) == 13 for d in data)
+    assert lines[0] == "# mpiring allreduce benchmark" and "" not in lines
+    assert any(line.startswith("# Avg bus bandwidth    : 2 ") for line in lines)

@@ -10,7 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import mpiring
-from mpiring.bench import runner, summary
+from mpiring.bench import command, rowmaker, runner, summary
 from mpiring.bench.measure import Outcome, Point
 from mpiring.bench.overlap import OverlapResult
 from mpiring.bench.report import Reporter
@@ -19,14 +19,12 @@ from mpiring.bench.stats import Stats
 
 
 def test_default_and_requested_algorithms():
-    run, base, unavailable = runner._algorithms(None, gpu=True)
+    run, base = runner._algorithms(None, gpu=True)
     assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "hier", "auto"]
     assert base == "nccl"
-    assert unavailable == {}
-    run, base, unavailable = runner._algorithms(("auto", "ring", "nccl"), gpu=False)
+    run, base = runner._algorithms(("auto", "ring"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi"  # auto runs on the host when asked for
-    assert "nccl reduces GPU arrays" in unavailable["nccl"]
-    run, _, _ = runner._algorithms(("twoshot", "nccl"), gpu=True)
+    run, _ = runner._algorithms(("twoshot", "nccl"), gpu=True)
     assert run == ["nccl", "twoshot"]  # the mode's order, whatever the order asked
 
 
@@ -42,9 +40,9 @@ class Resolving:
 
 def test_autos_pick_where_the_communicator_says():
     dt = np.dtype(np.float32)
-    assert runner._resolved(Resolving("twoshot"), 1024, dt) == "twoshot"
-    assert runner._resolved(object(), 1024, dt) == ""  # a communicator without resolve()
-    assert runner._resolved(Resolving(mpiring.InvalidArgumentError("x")), 1024, dt) == "?"
+    assert rowmaker.resolved_pick(Resolving("twoshot"), 1024, dt) == "twoshot"
+    assert rowmaker.resolved_pick(object(), 1024, dt) == ""  # a communicator without resolve()
+    assert rowmaker.resolved_pick(Resolving(mpiring.InvalidArgumentError("x")), 1024, dt) == "?"
 
 
 def fake_sweep(comm) -> SimpleNamespace:
@@ -63,23 +61,23 @@ def test_row_of_an_auto_point_with_overlap_figures():
     ov = OverlapResult(gemm_alone_s=1.5e-3, gemm_with_s=1.53e-3, gemm_slowdown=1.02,
                        ar_alone_s=1.1e-5, ar_with_s=1.4e-5, ar_slowdown=1.4 / 1.1, calls=9,
                        reps=5)
-    row = runner._row(fake_sweep(Comm("oneshot")),
+    row = rowmaker.make_row(fake_sweep(Comm("oneshot")),
                       p, Outcome("ok", "OK", stats=stats, iters=9, warmup=2, reps=5, overlap=ov))
     assert row.resolved == "oneshot" and row.time_us == pytest.approx(10.0)
     assert row.gemm_alone_us == pytest.approx(1500) and row.gemm_overlap_us == pytest.approx(1530)
     assert (row.gemm_slowdown, row.ar_alone_us) == (1.02, pytest.approx(11.0))
     note = OverlapResult(note="overlap not measured: ...")
-    row = runner._row(fake_sweep(Comm("ring")), p,
+    row = rowmaker.make_row(fake_sweep(Comm("ring")), p,
                       Outcome("ok", "OK", stats=stats, overlap=note))
     assert row.gemm_slowdown is None and "overlap not measured" in row.note
     ring = Point(4096, 1024, "float32", "sum", "ring", "auto", "out")
-    assert runner._row(fake_sweep(Comm("x")), ring, Outcome("ok", "OK")).resolved == ""
+    assert rowmaker.make_row(fake_sweep(Comm("x")), ring, Outcome("ok", "OK")).resolved == ""
 
 
 def test_reason_strips_the_rank_and_error_type():
-    assert runner._reason("rank 0: InvalidArgumentError: at most 1 MiB: smaller") == \
+    assert rowmaker.reason("rank 0: InvalidArgumentError: at most 1 MiB: smaller") == \
         "at most 1 MiB: smaller"
-    assert runner._reason("plain") == "plain"
+    assert rowmaker.reason("plain") == "plain"
 
 
 def r(algo, size, **kw) -> Row:
@@ -107,11 +105,11 @@ def test_summary_counts_na_points_and_gives_the_slowdowns():
 
 def test_run_collectively_turns_bench_errors_into_status_3(capsys):
     def body():
-        raise runner.BenchError("no GPU here")
+        raise command.BenchError("no GPU here")
 
-    status = runner.run_collectively("prog", MPI.COMM_SELF, Reporter(True, progress="off"), body)
+    status = command.run_collectively("prog", MPI.COMM_SELF, Reporter(True, progress="off"), body)
     assert status == 3 and "prog: no GPU here" in capsys.readouterr().err
-    assert runner.run_collectively("prog", MPI.COMM_SELF, Reporter(False), lambda: 2) == 2
+    assert command.run_collectively("prog", MPI.COMM_SELF, Reporter(False), lambda: 2) == 2
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
@@ -135,5 +133,5 @@ class Refusing(Comm):
 def test_row_of_a_point_the_algorithm_refuses_has_no_batches():
     """An n/a point (one-shot above its limit) is a row, not a crash of the sweep."""
     p = Point(4 << 20, 1 << 20, "float32", "sum", "oneshot", None, "out")
-    row = runner._row(fake_sweep(Refusing("oneshot")), p, Outcome("inapplicable", "-", note="n/a"))
+    row = rowmaker.make_row(fake_sweep(Refusing("oneshot")), p, Outcome("inapplicable", "-", note="n/a"))
     assert row.status == "inapplicable" and row.batches_used is None

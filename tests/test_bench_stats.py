@@ -99,3 +99,18 @@ def test_bandwidth_of_bad_time_is_nan():
 ])
 def test_iterations_for(budget, t, reps, cap, k):
     assert iterations_for(budget, t, reps, cap) == k
+
+
+def test_combine_is_nccl_tests_averaging():
+    from mpiring.bench.stats import combine
+
+    a, b, c = Stats(1, 0.1, 0.9, 1.2, 1.0), Stats(3, 0.3, 2.9, 3.5, 3.0), Stats(2, 0, 2, 2, 2)
+    assert combine([a, b, c], 0) == (a, 1)
+    assert combine([a, b, c], 1)[0] == Stats(2, pytest.approx(0.4 / 3), pytest.approx(5.8 / 3),
+                                             pytest.approx(6.7 / 3), 2.0)
+    assert combine([a, b, c], 2) == (Stats(1, 0, 0.9, 1.2, 1.0), 1)
+    assert combine([a, b, c], 3) == (slowest([a, b, c]), 1)
+    with pytest.raises(ValueError):
+        combine([a], 4)
+    with pytest.raises(ValueError):
+        combine([], 1)

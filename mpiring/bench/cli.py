@@ -1,4 +1,6 @@
-"""Command-line options of ``python -m mpiring.bench`` (nccl-tests' letters where they exist).
+"""Command-line options of ``python -m mpiring.bench``, with nccl-tests' letters and meanings
+where the two overlap (``-b -e -f -i -n -w -c -d -o -a -G``), so nccl-tests command lines
+carry over. Options of its own are long (``--algo``, ``--batches``, ...).
 
 Parsing is pure and identical on every rank; only rank 0 prints help and errors.
 """
@@ -6,20 +8,33 @@ Parsing is pure and identical on every rank; only rank 0 prints help and errors.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
-from typing import Any
 
 from .algorithms import all_names, default_sweep
-from .data import DTYPE_NAMES
+from .argtypes import (
+    RankZeroParser,
+    batches_list,
+    choices_list,
+    dtype_arg,
+    int_at_least,
+    int_in,
+    nonneg_int,
+    op_arg,
+    positive_float,
+    positive_int,
+    size_arg,
+)
+from .nccl_names import OPS
 from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
+from .stats import AVERAGES, SLOWEST
 
-OPS = ("sum", "prod", "max", "min")
 PLACEMENTS = ("out", "in")
 OVERLAPS = ("gemm",)
 DEFAULT_GEMM_SIZE = 8192  # float16: about 1.1 TFLOP, 1-2 ms on an H100/H200
 MIN_GEMM_SIZE = 1024
+DEFAULT_OUTPUT_DIR = "mpiring-results"
+FORMATS = ("table", "nccl-tests")
 
 DESCRIPTION = """\
 Allreduce benchmark of mpiring next to its baselines, in the manner of nccl-tests.
@@ -28,41 +43,55 @@ With GPUs it times NCCL's allreduce ("nccl", the reference of the speed-ups), a 
 send/recv ("nccl-ring"), and mpiring's algorithms on CuPy arrays: the copy-engine ring
 ("ring"), the one-kernel "oneshot" (small messages; n/a above its size limit), the
 reduce-scatter + all-gather kernel "twoshot", and "auto" (what mpiring picks per size; the
-table shows the pick as auto:<name>). Without GPUs (or with --host) it times mpiring's host
-pipeline ("ring") against MPI.Allreduce ("mpi").
+table shows the pick as auto:<name>). With --host, or on a machine without GPUs, it times
+mpiring's host pipeline ("ring") against MPI.Allreduce ("mpi"). A machine whose GPUs CuPy
+cannot use (a broken install) is an error, not a host run: its message quotes CuPy's error.
 
 Every point is checked before it is timed: per-rank integer inputs whose sum is exact, the
 output poisoned (NaN / a sentinel) before the call, and every element compared with the
-exact result, which each rank computes on its own. A point that fails is reported FAIL and
-not timed. Times are per iteration: a barrier, then k back-to-back calls timed together
-(CUDA events on the current stream, or MPI.Wtime), repeated --reps times; the table shows
-the median (and min/max/std) of the slowest rank. algbw = bytes / time,
-busbw = algbw * 2(n-1)/n, as in nccl-tests.
+exact result, which each rank computes on its own; #wrong counts the wrong elements over
+all ranks. A point that fails is not timed. Times are per iteration: a barrier, then k
+back-to-back calls timed together (CUDA events on the current stream, or MPI.Wtime),
+repeated --reps times; the table shows the median (and min/max/std) over repetitions, of
+the slowest rank by default (-a). algbw = bytes / time, busbw = algbw * 2(n-1)/n, as in
+nccl-tests.
 
 --overlap gemm (GPUs) also measures, at every point, a large float16 matmul on its own stream
 running at the same time as the allreduce loop, and reports how much each slows the other
 down (see mpiring/bench/overlap.py for the method).
 """
 
-EPILOG = """\
+EPILOG = f"""\
 examples:
   mpiexec -n 4 python -m mpiring.bench
   mpiexec -n 4 python -m mpiring.bench -b 1M -e 1G --batches 1,2,4,8 --placement out,in
   srun -n 4 python -m mpiring.bench -d bfloat16 --algo ring,nccl --name h200
   mpiexec -n 4 python -m mpiring.bench --overlap gemm -b 1M -e 1G -f 4
-  python -m mpiring.bench.plot results/allreduce_*.csv      # re-plot saved results
+  mpiexec -n 4 mpiring-bench -b 8 -e 128M -f 2 -G 1 -a 1 --algo nccl --nccl-tests
+  python -m mpiring.bench.plot {DEFAULT_OUTPUT_DIR}/allreduce_*.csv   # re-plot saved results
 
-Files: <output-dir>/<name>_<host>_<date>.csv (one row per algo x size x batches x
-placement), .json (same rows plus metadata), .png (busbw, latency and speed-up vs size),
-_batches.png (busbw per batches value, when several are given) and _overlap.png (GEMM and
-allreduce slowdown vs size, with --overlap gemm).
+nccl-tests' flags: -b -e -f -i -n -w as there; -c N checks N calls per point (0: no check);
+-G N replays the timed calls from a CUDA graph N times; -d takes nccl-tests' type names
+(half, float, double, bfloat16, int32, int64) or numpy's; -o sum|prod|max|min; -a 0|1|2|3
+reports rank 0's time, the average, minimum or maximum over ranks (default 3, the slowest
+rank; nccl-tests' default is 1). Renamed from earlier mpiring releases: -a (was the
+algorithm list) is now the averaging mode: the algorithms are --algo. --nccl-tests prints
+nccl-tests' columns (out-of-place and in-place side by side, #wrong, "# Avg bus bandwidth"),
+one table per algorithm, so that scripts written for nccl-tests' output read it.
 
-Output: rank 0 prints; under mpiexec/srun its output is a pipe, so colours and the live
-progress bar are off unless --progress on (or TTY_COMPATIBLE=1 TTY_INTERACTIVE=1).
+Files: <output-dir>/<name>_<host>_<date>.csv (one row per algo x size x batches x placement,
+appended as each point completes), .json (same rows plus metadata; written at the end, or
+when the run is interrupted by Ctrl-C or SIGTERM, e.g. at a Slurm time limit), .png
+(busbw, latency and speed-up vs size), _batches.png (busbw per batches value, when several
+are given) and _overlap.png (with --overlap gemm). Default directory: ./{DEFAULT_OUTPUT_DIR}/.
+
+Output: rank 0 prints. Colours and the live progress bar appear only when its output is a
+terminal (--progress auto): under mpiexec/srun rank 0 writes into a pipe, and under Open MPI
+into a pseudo-terminal that may end in a file, so they are off there unless --progress on.
 
 exit status: 0 all points passed (or were skipped, unavailable or n/a: an algorithm that
 rejects a size, such as oneshot above its limit), 1 a correctness check failed, 2 a point
-raised an error, 3 the run could not go on.
+raised an error, 3 the run could not go on; 130/143 interrupted by SIGINT/SIGTERM.
 """
 
 
@@ -74,7 +103,7 @@ class Options:
     stepbytes: int | None
     algos: tuple[str, ...] | None  # None: every algorithm of the mode
     batches: tuple[int | str, ...]
-    dtype: str
+    dtype: str  # numpy's name
     op: str
     placements: tuple[str, ...]
     iters: int | None
@@ -82,7 +111,7 @@ class Options:
     reps: int
     time_budget: float
     max_iters: int
-    check: bool
+    check: int  # checked calls per point (nccl-tests' -c); 0: no check
     host: bool
     output_dir: str
     name: str
@@ -97,104 +126,25 @@ class Options:
     # (nccl-tests' -G); "gpu": graph where the algorithm can be captured (the table says), eager otherwise.
     timing: str = "eager"
     gemm_size: int = DEFAULT_GEMM_SIZE
+    gpu: bool = False  # --gpu: GPUs required
+    graph_launches: int = 1  # -G N: launches of the captured graph per timed repetition
+    average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
+    output_format: str = "table"  # or "nccl-tests"
 
     def size_range(self, gpu: bool) -> tuple[int, int]:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
         return (self.minbytes if self.minbytes is not None else parse_size(lo),
                 self.maxbytes if self.maxbytes is not None else parse_size(hi))
 
-
-def _rank() -> int:
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        return mpi.COMM_WORLD.Get_rank()
-    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
-
-
-class RankZeroParser(argparse.ArgumentParser):
-    """An argument parser that prints on rank 0 only (every rank parses the same argv)."""
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        if _rank() == 0:
-            super()._print_message(message, file)
-
-
-def size_arg(text: str) -> int:
-    """An argparse type: a message size such as 4096, 64K, 8G."""
-    try:
-        return parse_size(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def int_at_least(lowest: int):
-    """An argparse type: an integer no smaller than ``lowest``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < lowest:
-            raise argparse.ArgumentTypeError(f"must be at least {lowest}, got {value}")
-        return value
-    return parse
-
-
-positive_int = int_at_least(1)
-_nonneg_int = int_at_least(0)
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a number greater than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def _choices(allowed: tuple[str, ...], what: str):
-    def parse(text: str) -> tuple[str, ...]:
-        items = [t.strip().lower() for t in text.split(",") if t.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError(f"empty {what} list")
-        for item in items:
-            if item not in allowed:
-                raise argparse.ArgumentTypeError(
-                    f"unknown {what} {item!r}: choose from {', '.join(allowed)}")
-        return tuple(dict.fromkeys(items))
-    return parse
-
-
-def _batches(text: str) -> tuple[int | str, ...]:
-    out: list[int | str] = []
-    for item in (t.strip().lower() for t in text.split(",")):
-        if not item:
-            continue
-        if item == "auto":
-            out.append("auto")
-            continue
-        try:
-            value = int(item)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"batches {item!r} is neither a positive integer nor 'auto'") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"batches must be at least 1, got {value}")
-        out.append(value)
-    if not out:
-        raise argparse.ArgumentTypeError("empty batches list")
-    return tuple(dict.fromkeys(out))
+    @property
+    def memory(self) -> str:
+        """What the run benchmarks: "gpu" (--gpu), "host" (--host) or "auto"."""
+        return "gpu" if self.gpu else "host" if self.host else "auto"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = RankZeroParser(prog="python -m mpiring.bench", description=DESCRIPTION, epilog=EPILOG,
-                formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("sizes (binary units: 1K = 1024 bytes)")
     g.add_argument("-b", "--minbytes", type=size_arg, metavar="SIZE",
                    help=f"smallest message (default {GPU_DEFAULT[0]})")
@@ -207,24 +157,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add SIZE from one point to the next instead of multiplying")
 
     g = p.add_argument_group("what to run")
-    g.add_argument("-a", "--algo", type=_choices(all_names(), "algorithm"), metavar="LIST",
+    g.add_argument("--algo", type=choices_list(all_names(), "algorithm"), metavar="LIST",
                    help="comma list of algorithms (default: all of the mode; GPU: "
                         f"{','.join(default_sweep(True))}; host: "
-                        f"{','.join(default_sweep(False))}); an unavailable one is reported "
-                        "and skipped")
-    g.add_argument("--batches", type=_batches, default=("auto",), metavar="LIST",
+                        f"{','.join(default_sweep(False))}); one that cannot reduce the run's "
+                        "memory (nccl on the host) is an error. Was -a in earlier releases")
+    g.add_argument("--batches", type=batches_list, default=("auto",), metavar="LIST",
                    help="comma list of mini-batch counts for ring and nccl-ring, numbers "
                         "and/or 'auto' (default auto: mpiring picks by size); nccl and mpi "
                         "ignore batches and run once per size")
-    g.add_argument("-d", "--dtype", choices=DTYPE_NAMES, default="float32",
-                   help="element type (default float32; bfloat16 on GPUs needs torch)")
-    g.add_argument("-o", "--op", choices=OPS, default="sum", help="reduction (default sum)")
-    g.add_argument("--placement", type=_choices(PLACEMENTS, "placement"), default=("out",),
-                   metavar="LIST", help="out (separate send and receive buffers), in "
-                   "(MPI.IN_PLACE), or out,in for both (default out)")
-    g.add_argument("--host", action="store_true",
-                   help="benchmark host arrays (mpiring's host pipeline vs MPI.Allreduce) "
-                        "even where GPUs exist")
+    g.add_argument("-d", "--dtype", "--datatype", type=dtype_arg, default="float32",
+                   metavar="TYPE", help="element type, nccl-tests' name or numpy's: half/float16, "
+                   "float/float32 (default), double/float64, bfloat16 (GPUs: needs torch), "
+                   "int32, int64")
+    g.add_argument("-o", "--op", type=op_arg, default="sum", metavar="OP",
+                   help=f"reduction: {', '.join(OPS)} (default sum); nccl-tests' avg is refused "
+                        "with an explanation (mpiring has no avg yet)")
+    g.add_argument("--placement", type=choices_list(PLACEMENTS, "placement"), metavar="LIST",
+                   help="out (separate send and receive buffers), in (MPI.IN_PLACE), or out,in "
+                        "for both (default out; out,in with --nccl-tests)")
+    where = g.add_mutually_exclusive_group()
+    where.add_argument("--gpu", action="store_true",
+                       help="benchmark GPU arrays, and fail (quoting CuPy's error) where a rank "
+                            "cannot (default: GPUs when visible, see --host)")
+    where.add_argument("--host", action="store_true",
+                       help="benchmark host arrays (mpiring's host pipeline vs MPI.Allreduce) "
+                            "even where GPUs exist; the default only does so on machines "
+                            "without GPUs")
 
     g = p.add_argument_group("overlap with compute (GPUs only)")
     g.add_argument("--overlap", choices=OVERLAPS,
@@ -242,39 +201,56 @@ def build_parser() -> argparse.ArgumentParser:
                         "derived from the warm-up time (default 0.15)")
     g.add_argument("-n", "--iters", type=positive_int, metavar="N",
                    help="timed iterations per repetition, instead of the time budget")
-    g.add_argument("-w", "--warmup", type=_nonneg_int, metavar="N",
+    g.add_argument("-w", "--warmup", "--warmup_iters", type=nonneg_int, metavar="N",
                    help="warm-up iterations (default: about 10%% of the budget, 2 to 50)")
     g.add_argument("--reps", type=positive_int, default=5, metavar="N",
                    help="timed repetitions per point, for mean/std/min/max/median (default 5)")
     g.add_argument("--max-iters", type=positive_int, default=1000, metavar="N",
                    help="cap on timed iterations per repetition (default 1000)")
+    g.add_argument("-a", "--average", type=int_in(AVERAGES, "-a/--average (the algorithms "
+                   "are --algo)"), default=SLOWEST, metavar="0|1|2|3",
+                   help="how ranks' times combine, as nccl-tests' -a: 0 rank 0's, 1 the "
+                        "average, 2 the minimum, 3 the maximum, i.e. the slowest rank "
+                        "(default 3; nccl-tests' default is 1)")
     g.add_argument("--time-agreement", action="store_true",
                    help="keep mpiring's per-call argument agreement (one small MPI_Allreduce "
                         "per call) in timed loops; by default it runs only for the checked "
                         "call, so the nccl row compares with nccl-tests")
-    g.add_argument("--graph", action="store_true",
-                   help="GPUs: capture the k timed calls in one CUDA graph and time its replay "
-                        "(like nccl-tests -G): the GPU's time without Python launch overhead; "
-                        "algorithms that cannot be captured (ring) show n/a")
+    g.add_argument("-G", "--cudagraph", type=nonneg_int, metavar="N", dest="graph_launches",
+                   help="GPUs: capture each repetition's calls in one CUDA graph and time N "
+                        "replays of it (nccl-tests' -G); 0: eager calls (default). Rows that "
+                        "cannot be captured (ring) show n/a")
+    g.add_argument("--graph", action="store_const", const=1, dest="graph_launches",
+                   help="the same as -G 1")
     g.add_argument("--timeout", type=positive_float, metavar="S",
                    help="seconds mpiring waits for a peer before raising (default: "
                         "MPIRING_TIMEOUT or 300)")
 
     g = p.add_argument_group("checking")
-    g.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
-                   help="verify every element of each point before timing it (default on)")
+    g.add_argument("-c", "--check", type=nonneg_int, nargs="?", const=1, default=1, metavar="N",
+                   help="check N calls per point, every element, before timing it (nccl-tests' "
+                        "-c; default 1; --check alone: 1; 0 or --no-check: no check)")
+    g.add_argument("--no-check", action="store_const", const=0, dest="check",
+                   help="do not check results (the same as -c 0)")
     g.add_argument("--seed", type=int, default=2024,
                    help="seed of the generated inputs (default 2024)")
 
     g = p.add_argument_group("output")
-    g.add_argument("--output-dir", default="results", metavar="DIR",
-                   help="where the CSV, JSON and PNG files go (default results/)")
+    g.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
+                   help=f"where the CSV, JSON and PNG files go (default ./{DEFAULT_OUTPUT_DIR}/; "
+                        "the repository's results/ only when asked: --output-dir results)")
     g.add_argument("--name", default="allreduce", metavar="PREFIX",
                    help="file name prefix (default allreduce)")
-    g.add_argument("--no-plot", action="store_true", help="write no PNG figures")
+    g.add_argument("--no-plot", action="store_true",
+                   help="write no PNG figures (and need no matplotlib)")
+    g.add_argument("--nccl-tests", action="store_const", const="nccl-tests", default="table",
+                   dest="output_format",
+                   help="print nccl-tests' table instead of mpiring's: size, count, type, redop, "
+                        "root, then time, algbw, busbw, #wrong out-of-place and in-place side "
+                        "by side, one table per algorithm, each ending in '# Avg bus bandwidth'")
     g.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help="colours and live progress bar: auto (when the output is a "
-                        "terminal), on (force, e.g. under mpiexec), off")
+                   help="colours and live progress bar: auto (only when the output is a "
+                        "terminal), on (force, e.g. under mpiexec), off (plain text)")
     return p
 
 
@@ -296,13 +272,16 @@ def parse_args(argv: list[str] | None = None) -> Options:
         parser.error("-e/--maxbytes is below -b/--minbytes")
     if not ns.name or "/" in ns.name:
         parser.error("--name must be a non-empty file name prefix without '/'")
+    placements = ns.placement or (PLACEMENTS if ns.output_format == "nccl-tests" else ("out",))
+    launches = ns.graph_launches or 0
     return Options(
         minbytes=ns.minbytes, maxbytes=ns.maxbytes, stepfactor=ns.stepfactor,
         stepbytes=ns.stepbytes, algos=ns.algo, batches=ns.batches, dtype=ns.dtype, op=ns.op,
-        placements=ns.placement, iters=ns.iters, warmup=ns.warmup, reps=ns.reps,
+        placements=placements, iters=ns.iters, warmup=ns.warmup, reps=ns.reps,
         time_budget=ns.time_budget, max_iters=ns.max_iters, check=ns.check, host=ns.host,
         output_dir=ns.output_dir, name=ns.name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
         argv=tuple(args_list), overlap=ns.overlap, gemm_size=ns.gemm_size,
-        timing="graph" if ns.graph else "eager",
+        timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
+        average=ns.average, output_format=ns.output_format,
     )

@@ -117,7 +117,7 @@ class InputGenerator:
         self.nranks = nranks
         self.seed = seed
         self.rule = value_rule(self.op, self.dtype, nranks)
-        self._idx = None
+        self._idx: Any = None  # arange(CHUNK) in xp, made on first use
 
     def _keys(self, rank: int, block: int) -> tuple[np.uint32, np.uint32]:
         h = _splitmix64(self.seed ^ _splitmix64((rank << 32) ^ block))

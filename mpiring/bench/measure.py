@@ -6,7 +6,10 @@ rank runs the same number of collective calls.
 
 Timing: ``Barrier``, then a region of ``k`` back-to-back calls timed with CUDA events on the
 current CuPy stream (GPU) or ``MPI.Wtime`` (host); per-iteration time = region / k; a few
-repetitions give mean/std/min/max/median, and the slowest rank's figures are reported.
+repetitions give mean/std/min/max/median, and the ranks' figures are combined as
+nccl-tests' ``-a`` says (:func:`~mpiring.bench.stats.combine`; by default the slowest rank's).
+The check (``-c N``: N calls, each on freshly poisoned output) comes first and counts the
+wrong elements over all ranks (nccl-tests' ``#wrong``).
 
 An algorithm that rejects a point's arguments (``InvalidArgumentError``: oneshot above its
 size limit, say) makes that point "inapplicable", reported n/a: not a failure, no effect on
@@ -30,7 +33,7 @@ from ..errors import (
 )
 from .arrays import Mismatch
 from .data import InputGenerator, pieces
-from .stats import Stats, iterations_for, slowest_of, summarize
+from .stats import SLOWEST, Stats, combine, iterations_for, summarize
 
 # Errors raised before any data moved: the communicator stays usable after them.
 ARGUMENT_ERRORS = (InvalidArgumentError, PeerArgumentError, RankMismatchError, UnavailableError)
@@ -72,6 +75,7 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     needs_rebuild: bool = False
     overlap: Any = None  # an overlap.OverlapResult with --overlap gemm
+    wrong: int | None = None  # wrong elements over all ranks (None: not checked)
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class TimingPolicy:
     min_warmup: int = 2
     max_warmup: int = 50
     warmup_share: float = 0.1  # auto warm-up fills this share of the budget
+    average: int = SLOWEST  # how ranks' times combine (nccl-tests' -a; stats.combine)
 
     def warmup_for(self, per_iter_s: float) -> int:
         if self.warmup is not None:
@@ -102,11 +107,13 @@ class TimingPolicy:
 class StageFailed(Exception):
     """A stage failed on at least one rank; ``errors`` lists ``rank N: message`` lines."""
 
-    def __init__(self, status: str, errors: list[str], rebuild: bool) -> None:
+    def __init__(self, status: str, errors: list[str], rebuild: bool,
+                 wrong: int | None = None) -> None:
         super().__init__("; ".join(errors))
         self.status = status
         self.errors = errors
         self.rebuild = rebuild
+        self.wrong = wrong  # a failed check: wrong elements over all ranks
 
 
 def _kind(err: Exception) -> str:
@@ -204,17 +211,18 @@ class PointMeasurer:
     """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
 
     def __init__(self, world: Any, comm: Any, space: Any, policy: TimingPolicy, *,
-                 check: bool, time_agreement: bool, mpi_op: Any, in_place: Any,
-                 overlap: Any = None, graph: bool = False) -> None:
+                 check: int, time_agreement: bool, mpi_op: Any, in_place: Any,
+                 overlap: Any = None, graph: bool = False, graph_launches: int = 1) -> None:
         self.world, self.comm, self.space, self.policy = world, comm, space, policy
-        self.check = check
+        self.check = int(check)  # checked calls per point (nccl-tests' -c); 0: none
         self.time_agreement = time_agreement
         self.mpi_op = mpi_op
         self.in_place = in_place  # MPI.IN_PLACE
         self.overlap = overlap  # an overlap.OverlapMeasurer, run after a point's timing
         self.timer = space.timer()
         self.graph = graph  # time calls captured in a CUDA graph (see _timed_graph)
-        self._graph_stream = None
+        self.graph_launches = max(1, graph_launches)  # replays timed together (-G N)
+        self._graph_stream: Any = None
 
     def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
         comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
@@ -239,9 +247,10 @@ class PointMeasurer:
 
     def _timed_graph(self, call: Callable[[], None], k: int) -> float:
         """Seconds per call when ``k`` calls captured in one CUDA graph are replayed, after a
-        barrier: the GPU's own time, without the host's launch overhead (nccl-tests' -G).
-        Capture needs a stream of its own; the first call on it runs outside the capture,
-        so the capture holds only the calls themselves."""
+        barrier: the GPU's own time, without the host's launch overhead (nccl-tests' -G N:
+        the graph is replayed N times and the time divided by N k). Capture needs a stream
+        of its own; the first call on it runs outside the capture, so the capture holds only
+        the calls themselves."""
         cp = self.space.cp
         if self._graph_stream is None:
             self._graph_stream = cp.cuda.Stream(non_blocking=True)
@@ -258,8 +267,9 @@ class PointMeasurer:
             self.space.synchronize()
             self.world.Barrier()
             self.timer.start()
-            graph.launch(stream)
-            return self.timer.stop() / k
+            for _ in range(self.graph_launches):
+                graph.launch(stream)
+            return self.timer.stop() / (k * self.graph_launches)
 
     def measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
         try:
@@ -267,19 +277,20 @@ class PointMeasurer:
         except StageFailed as err:
             check = "FAIL" if err.status == "fail" else "-"
             return Outcome(err.status, check, note=err.errors[0], errors=err.errors,
-                           needs_rebuild=err.rebuild)
+                           needs_rebuild=err.rebuild, wrong=err.wrong)
 
     def _measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
         call = self._call(point, bufs)
         saved = self.comm.check
         try:
-            check_label = "off"
-            if self.check:
+            check_label, wrong = "off", None
+            for _ in range(self.check):
                 self._check(point, bufs, call)
-                check_label = "OK"
+                check_label, wrong = "OK", 0
             self.comm.check = self.time_agreement
             outcome = self._time(call, check_label)
-            if self.overlap is not None:
+            outcome.wrong = wrong
+            if self.overlap is not None and outcome.stats is not None:
                 with np.errstate(all="ignore"):  # in place, values grow (see _time)
                     outcome.overlap = self.overlap.measure(call, point.algo,
                                                            outcome.stats.median, outcome.iters)
@@ -289,7 +300,8 @@ class PointMeasurer:
 
     def _check(self, point: Point, bufs: SizeBuffers, call: Callable[[], None]) -> None:
         """One call on poisoned output (in place: on a fresh copy of the input), then every
-        element compared with the exact result on every rank; raises ``StageFailed("fail")``."""
+        element compared with the exact result on every rank; raises ``StageFailed("fail")``
+        with the wrong elements counted over all ranks (nccl-tests' #wrong)."""
         space = self.space
 
         def prepare() -> None:
@@ -301,25 +313,28 @@ class PointMeasurer:
 
         agree(self.world, prepare)
 
-        def run_and_compare() -> list[str]:
+        def run_and_compare() -> tuple[list[str], int]:
             self.comm.check = True  # the library's argument agreement, for a clean error
             call()
             space.synchronize()
-            problems = []
+            problems, wrong = [], 0
             bad = bufs.check_output()
             if bad is not None:
                 problems.append("wrong result: " + bad.describe(bufs.count))
+                wrong += bad.count
             if point.placement == "out":
                 bad_in = bufs.check_input()
                 if bad_in is not None:
                     problems.append("sendbuf modified: " + bad_in.describe(bufs.count))
+                    wrong += bad_in.count
                     bufs.load_input()
-            return problems
+            return problems, wrong
 
         verdicts = agree(self.world, run_and_compare, share=True)
-        errors = [f"rank {r}: {p}" for r, ps in enumerate(verdicts) for p in ps]
+        errors = [f"rank {r}: {p}" for r, (ps, _) in enumerate(verdicts) for p in ps]
         if errors:
-            raise StageFailed("fail", errors, rebuild=False)
+            raise StageFailed("fail", errors, rebuild=False,
+                              wrong=sum(w for _, w in verdicts))
 
     def _time(self, call: Callable[[], None], check_label: str) -> Outcome:
         # In place, each call reduces the previous result (as in nccl-tests): values grow to
@@ -339,6 +354,6 @@ class PointMeasurer:
             return summarize([self._timed(call, iters) for _ in range(policy.reps)]).as_tuple()
 
         per_rank = [Stats(*t) for t in agree(self.world, repetitions, share=True)]
-        stats, worst = slowest_of(per_rank)
+        stats, worst = combine(per_rank, policy.average)
         return Outcome("ok", check_label, stats=stats, slowest_rank=worst, iters=iters,
                        warmup=warmup, reps=policy.reps)

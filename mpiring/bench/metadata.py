@@ -1,6 +1,9 @@
-"""The metadata block of a run: machine, software versions, command line, settings.
+"""The metadata block of a run: machine, software versions, command line, settings, and
+what every rank runs on (host, process, GPU index, name and PCI bus id, MPI library), which
+the banner prints one line per rank as nccl-tests does: a rank on the wrong GPU, or one that
+loaded another MPI library, shows there.
 
-:func:`collect` is collective (every rank reports its GPU); the rest is local.
+:func:`collect` is collective (every rank reports itself); the rest is local.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def _cuda_version(v: int) -> str:
 
 
 def gpu_of_this_rank() -> dict[str, Any] | None:
-    """Name, PCI bus id and memory of this rank's current GPU (None without CuPy/GPU)."""
+    """Index, name, PCI bus id and memory of this rank's current GPU (None without CuPy/GPU)."""
     try:
         import cupy
 
@@ -77,24 +80,65 @@ def cuda_versions() -> dict[str, Any]:
     return out
 
 
+def mpi_library() -> str:
+    """The first line of the MPI library's own version string, spaces squeezed."""
+    from mpi4py import MPI
+
+    return " ".join(MPI.Get_library_version().replace("\0", "").split("\n")[0].split())
+
+
 def mpi_versions() -> dict[str, Any]:
     from mpi4py import MPI
 
     major, minor = MPI.Get_version()
     return {
-        "mpi_library": " ".join(MPI.Get_library_version().replace("\0", "").split("\n")[0]
-                                .split()),
+        "mpi_library": mpi_library(),
         "mpi_standard": f"{major}.{minor}",
         "mpi4py": _version("mpi4py"),
     }
+
+
+def this_rank(gpu: bool) -> dict[str, Any]:
+    """Where this rank runs: host, process id, GPU (with ``gpu``) and MPI library."""
+    return {"host": socket.gethostname(), "pid": os.getpid(),
+            "gpu": gpu_of_this_rank() if gpu else None, "mpi_library": mpi_library()}
+
+
+def pci_address(bus_id: str) -> str:
+    """nccl-tests' short PCI address, domain:bus:device: ``0000:18:00.0`` -> ``0000:18:00``."""
+    return bus_id.rsplit(".", 1)[0].lower() if bus_id.count(":") == 2 else bus_id
+
+
+def rank_lines(ranks: list[dict[str, Any]]) -> list[str]:
+    """One line per rank in nccl-tests' form (``#  Rank  0 Group  0 Pid 1234 on host device
+    0 [0000:18:00] NVIDIA H200``, without the leading ``#``), then the MPI library: one line
+    when every rank loaded the same, else one per library with its ranks."""
+    lines = []
+    for r, info in enumerate(ranks):
+        gpu = info.get("gpu")
+        where = (f"device {gpu['device']:2d} [{pci_address(str(gpu['pci_bus_id']))}] {gpu['name']}"
+                 if gpu else "device  - [host memory]")
+        lines.append(f"  Rank {r:2d} Group  0 Pid {info.get('pid', 0):6d} on "
+                     f"{str(info.get('host', '?')).split('.')[0]:>10} {where}")
+    libraries: dict[str, list[int]] = {}
+    for r, info in enumerate(ranks):
+        libraries.setdefault(str(info.get("mpi_library", "?")), []).append(r)
+    if len(libraries) == 1:
+        lines.append(f" MPI library (every rank): {next(iter(libraries))}")
+    else:
+        for lib, members in libraries.items():
+            lines.append(f" MPI library of ranks {', '.join(map(str, members))}: {lib} "
+                         "(differs between ranks!)")
+    return lines
 
 
 def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
             argv: list[str], prog: str = "mpiring.bench") -> dict[str, Any]:
     """Collective: the metadata of this run of ``python -m <prog>`` (every rank gets the same
     dict)."""
-    gpus = world.allgather(gpu_of_this_rank() if mode == "gpu" else None)
-    hosts = world.allgather(socket.gethostname())
+    ranks = world.allgather(this_rank(mode == "gpu"))
+    gpus = [r["gpu"] for r in ranks]
+    hosts = [r["host"] for r in ranks]
     import mpiring
 
     meta: dict[str, Any] = {
@@ -106,7 +150,8 @@ def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
         "mode": mode,
         "memory": space,
         "command": shlex.join([sys.executable, "-m", prog, *argv]),
-        "gpus": [g for g in gpus] if mode == "gpu" else [],
+        "gpus": list(gpus) if mode == "gpu" else [],
+        "ranks": ranks,
         "gpu_names": sorted({g["name"] for g in gpus if g}) if mode == "gpu" else [],
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -46,6 +46,7 @@ agreement across ranks, over any "load") and :class:`GemmLoad` (the CuPy side).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -191,7 +192,7 @@ class OverlapMeasurer:
         attempts = 0  # of the current repetition
         while len(per_rank[0]) < self.reps:
             n = gemms_to_enqueue(calls * ar_s, self.gemm_s, guess)
-            reps = agree(self.world, lambda k=calls, n=n: self._rep(call, k, n), share=True)
+            reps = agree(self.world, functools.partial(self._rep, call, calls, n), share=True)
             lack = shortfall(reps)
             if lack:
                 attempts += 1

@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from .algorithms import AUTO, default_sweep  # noqa: E402
-from .results import Row, read_csv, read_json  # noqa: E402
+from .results import Row, read_csv_counted, read_json  # noqa: E402
 from .sizes import format_size  # noqa: E402
 from .stats import busbw  # noqa: E402
 
@@ -128,6 +128,8 @@ def _title(fig: Any, rows: list[Row], meta: dict[str, Any], what: str,
     head = f"{what}: allreduce {r0.dtype} {r0.op}, {r0.nranks} ranks"
     if where:
         head += f" \u00b7 {where}"
+    if meta.get("complete") is False:
+        head += f" (partial: {meta.get('interrupted') or 'cut short'})"
     fig.suptitle(head, fontsize=13, fontweight="bold")
     bits = [meta.get("hostname"), meta.get("date")]
     if meta.get("nccl"):
@@ -136,7 +138,10 @@ def _title(fig: Any, rows: list[Row], meta: dict[str, Any], what: str,
         bits.append(f"CUDA {meta['cuda_runtime']}")
     if meta.get("mpiring"):
         bits.append(f"mpiring {meta['mpiring']}")
-    bits.append("median of the slowest rank" + ("; bands: min..max repetition" if bands else ""))
+    average = (meta.get("settings") or {}).get("average", 3)
+    who = {0: "of rank 0", 1: "averaged over ranks", 2: "of the fastest rank"}.get(
+        average, "of the slowest rank")
+    bits.append(f"median {who}" + ("; bands: min..max repetition" if bands else ""))
     fig.text(0.5, 0.915, " \u00b7 ".join(str(b) for b in bits if b), ha="center", fontsize=8.5,
              color="#555555")
 
@@ -278,7 +283,8 @@ def plot_batches(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | No
         for v in values:
             line = sorted((r for r in rs if r.batches == v), key=lambda r: r.size_bytes)
             if v == "auto":
-                style = dict(color="black", linestyle=":", marker="x", label="auto")
+                style: dict[str, Any] = dict(color="black", linestyle=":", marker="x",
+                                             label="auto")
             else:
                 i = numeric.index(v)
                 color = cmap(0.1 + 0.8 * i / max(1, len(numeric) - 1))
@@ -317,7 +323,8 @@ def plot_results(rows: list[Row], meta: dict[str, Any], prefix: str | Path) -> l
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mpiring.bench.plot",
-        description="Plot saved mpiring.bench results (CSV written by python -m mpiring.bench).")
+        description="Plot saved mpiring.bench results (CSV written by python -m mpiring.bench), "
+                    "also the CSV of a run that was cut short: its finished rows are drawn.")
     parser.add_argument("csv", nargs="+", help="result CSV file(s)")
     parser.add_argument("-o", "--output", metavar="PREFIX",
                         help="output file prefix (default: the CSV path without .csv; only "
@@ -329,11 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.csv:
         path = Path(name)
         try:
-            rows = read_csv(path)
+            rows, dropped = read_csv_counted(path)
         except (OSError, ValueError) as err:
             print(f"{path}: {err}", file=sys.stderr)
             status = 1
             continue
+        if dropped:  # a run killed while writing its last row
+            print(f"{path}: skipped {dropped} incomplete row(s) (the run was cut short)",
+                  file=sys.stderr)
         meta: dict[str, Any] = {}
         sidecar = path.with_name(path.name.removesuffix(".csv") + ".json")
         if sidecar.exists():

@@ -1,17 +1,21 @@
 """What rank 0 prints: a banner, an nccl-tests-like table streamed row by row under a live
-progress bar, notes, and a summary. Other ranks construct a disabled reporter and print
+progress bar, notes, and a summary; or, with ``--nccl-tests``, nccl-tests' own text table
+(:mod:`mpiring.bench.nccl_format`). Other ranks construct a disabled reporter and print
 nothing.
 
-The table goes to stdout (plain text when piped: no colours, no wrapping); the progress bar
-is live only on an interactive console (``--progress on`` forces it, e.g. under mpiexec,
-which gives rank 0 a pipe).
+Colours, cursor codes and the live progress bar appear only on a terminal
+(:func:`is_terminal`): anything else gets plain text, so logs hold no control sequences.
+Under Open MPI rank 0 writes into a pseudo-terminal even when ``mpirun``'s output goes to a
+file, so there ``--progress auto`` counts as no terminal; ``--progress on`` forces them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -25,8 +29,26 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from .nccl_format import NcclTestsTable
 from .results import Row
 from .sizes import format_size
+
+# Set by launchers that hand their processes a pseudo-terminal whatever their own output is.
+PTY_LAUNCHERS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
+
+
+def is_terminal(stream: IO[str], progress: str, environ: Any = None) -> bool:
+    """Whether ``stream`` gets colours and the live bar: ``on`` always, ``off`` never, ``auto``
+    when it is a terminal that no launcher's pseudo-terminal could be standing in for, and
+    ``TERM`` is not ``dumb``."""
+    env = os.environ if environ is None else environ
+    if progress in ("on", "off"):
+        return progress == "on"
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return False
+    return tty and not any(v in env for v in PTY_LAUNCHERS) and env.get("TERM") != "dumb"
 
 
 def fmt_time(us: float | None) -> str:
@@ -52,15 +74,24 @@ def algo_label(row: Row) -> str:
     return f"{row.algo}:{row.resolved}" if row.resolved else row.algo
 
 
-_CHECK_STYLE = {"OK": "green", "FAIL": "bold red", "off": "yellow", "-": "dim"}
 _STATUS_CHECK = {"error": "ERROR", "unavailable": "n/a", "inapplicable": "n/a", "skipped": "skip"}
+_LABEL_STYLE = {"ERROR": "bold red", "n/a": "dim", "skip": "yellow", "off": "yellow", "-": "dim"}
 QUIET = ("ok", "skipped", "unavailable", "inapplicable")  # statuses whose note is not printed
 
 
+def wrong_label(row: Row) -> str:
+    """The #wrong column: the wrong elements over all ranks, ``off`` unchecked, or what
+    happened instead (n/a, ERROR, skip)."""
+    if row.status in _STATUS_CHECK:
+        return _STATUS_CHECK[row.status]
+    if row.wrong is not None:
+        return str(row.wrong)
+    return {"OK": "0", "FAIL": "FAIL"}.get(row.check, row.check)
+
+
 def _check_text(row: Row) -> Text:
-    label = _STATUS_CHECK.get(row.status, row.check)
-    style = {"ERROR": "bold red", "n/a": "dim", "skip": "yellow"}.get(label,
-                                                                      _CHECK_STYLE.get(label, ""))
+    label = wrong_label(row)
+    style = _LABEL_STYLE.get(label, "green" if label == "0" else "bold red")
     return Text(label, style=style)
 
 
@@ -98,7 +129,7 @@ def columns(baseline: str, overlap: bool = False) -> list[Column]:
     if overlap:
         cols += [("GEMM\nslowdown", 8, lambda r: fmt_speedup(r.gemm_slowdown)),
                  ("allred.\nslowdown", 8, lambda r: fmt_speedup(r.ar_slowdown))]
-    return cols + [("check", 5, _check_text)]
+    return cols + [("#wrong", 6, _check_text)]
 
 
 def table_width(cols: list[Column]) -> int:
@@ -118,31 +149,43 @@ class Reporter:
     """Rank 0's console output; every method is a no-op when ``enabled`` is False."""
 
     def __init__(self, enabled: bool, progress: str = "auto", baseline: str = "",
-                 overlap: bool = False) -> None:
+                 overlap: bool = False, plain: bool = False) -> None:
         self.enabled = enabled
         self.cols = columns(baseline, overlap)
+        self.plain = plain  # nccl-tests' text table instead of mpiring's
+        self.nccl_table = NcclTestsTable(("out", "in"))
         self._progress: Progress | None = None
         self._task: Any = None
+        self.live = False
         if not enabled:
             return
-        force = progress == "on"
-        self.out = Console(highlight=False, soft_wrap=True,
-                           force_terminal=True if force else None,
-                           force_interactive=True if force else None)
+        terminal = is_terminal(sys.stdout, progress)
+        self.out = Console(highlight=False, soft_wrap=True, force_terminal=terminal,
+                           force_interactive=terminal, no_color=not terminal)
         self._fit_width()
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
-        self.live = progress != "off" and self.out.is_interactive
+        err_terminal = is_terminal(sys.stderr, progress)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True,
+                           force_terminal=err_terminal, no_color=not err_terminal)
+        self.live = terminal and progress != "off"
 
     def _fit_width(self) -> None:
         # Never squeeze the table: a pipe reads as 80 columns, and so does the pseudo-terminal
         # Open MPI's mpirun gives rank 0, whatever the real terminal's width.
         self.out.width = max(self.out.width, table_width(self.cols))
 
-    def set_baseline(self, baseline: str, overlap: bool = False) -> None:
-        """The columns of this run: speed-up against ``baseline``, slowdowns with ``overlap``."""
+    def set_baseline(self, baseline: str, overlap: bool = False,
+                     placements: Sequence[str] = ("out",)) -> None:
+        """The columns of this run: speed-up against ``baseline``, slowdowns with ``overlap``;
+        with nccl-tests' table, the ``placements`` each of its lines waits for."""
         self.cols = columns(baseline, overlap)
+        self.nccl_table = NcclTestsTable(placements)
         if self.enabled:
             self._fit_width()
+
+    def lines(self, lines: Sequence[str]) -> None:
+        """Plain lines, printed as they are (no markup, no styles)."""
+        for line in lines:
+            self.print(Text(line))
 
     # -- plain output ------------------------------------------------------------------
 
@@ -154,10 +197,13 @@ class Reporter:
     def banner(self, title: str, lines: list[tuple[str, str]], note: str = "") -> None:
         if not self.enabled:
             return
-        self.print(Text(title, style="bold"))
+        self.print(Text(("# " if self.plain else "") + title, style="bold"))
         if note:
             self.note(note, style="bold yellow")
         for key, value in lines:
+            if not key:  # a line of its own (nccl-tests' per-rank lines)
+                self.print(Text("#" + str(value)))
+                continue
             self.print(Text.assemble(("# ", "dim"), (f"{key:<12}", "cyan"), str(value)))
 
     def note(self, text: str, style: str = "yellow") -> None:
@@ -173,7 +219,8 @@ class Reporter:
     def start(self, total: int) -> None:
         if not self.enabled:
             return
-        self.print(_table(self.cols, header=True))
+        if not self.plain:  # nccl-tests' tables print their own headers
+            self.print(_table(self.cols, header=True))
         if self.live:
             self._progress = Progress(
                 TextColumn("[progress.description]{task.description}"),
@@ -193,17 +240,24 @@ class Reporter:
     def row(self, row: Row) -> None:
         if not self.enabled:
             return
-        t = _table(self.cols, header=False)
-        t.add_row(*(getter(row) for _, _, getter in self.cols))
-        self.print(t)
+        if self.plain:
+            self.lines(self.nccl_table.add(row))
+        else:
+            t = _table(self.cols, header=False)
+            t.add_row(*(getter(row) for _, _, getter in self.cols))
+            self.print(t)
         if row.status not in QUIET and row.note:
             self.print(Text(f"#   {row.note}", style="red"))
 
     def section(self) -> None:
-        """A blank line between sizes when several rows share one."""
-        self.print("")
+        """A blank line between sizes when several rows share one (not in nccl-tests' table)."""
+        if not self.plain:
+            self.print("")
 
     def stop(self) -> None:
+        """End the live bar, and close nccl-tests' open table (its trailer)."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        if self.enabled and self.plain:
+            self.lines(self.nccl_table.close())

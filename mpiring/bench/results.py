@@ -34,6 +34,7 @@ class Row:
     nranks: int
     status: str  # ok, fail, error, unavailable, inapplicable (shown n/a), skipped
     check: str  # OK, FAIL, off, -
+    wrong: int | None = None  # wrong elements over all ranks (nccl-tests' #wrong); None: unchecked
     time_us: float | None = None  # median
     mean_us: float | None = None
     min_us: float | None = None
@@ -64,7 +65,9 @@ class Row:
 
 FIELDS = [f.name for f in fields(Row)]
 _INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
-               "batches_used"}
+               "batches_used", "wrong"}
+_REQUIRED = ("size_bytes", "count", "dtype", "op", "algo", "batches", "placement", "nranks",
+             "status", "check")
 _FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
                  "speedup", "gemm_alone_us", "gemm_overlap_us", "gemm_slowdown", "ar_alone_us",
                  "ar_overlap_us", "ar_slowdown"}
@@ -88,28 +91,57 @@ def _parse(name: str, text: str) -> Any:
     return text
 
 
+def csv_record(row: Row) -> dict[str, Any]:
+    """``row`` as one CSV record: None and non-finite numbers as empty cells."""
+    return {k: "" if v is None else v for k, v in row_dict(row).items()}
+
+
 def write_csv(path: str | Path, rows: list[Row]) -> Path:
     path = Path(path)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row_dict(row).items()})
+            writer.writerow(csv_record(row))
     return path
 
 
 def read_csv(path: str | Path) -> list[Row]:
+    """The rows of an mpiring.bench CSV, also one cut short: a run killed while writing leaves
+    a last line without all its cells, which is dropped (see :func:`read_csv_counted`)."""
+    return read_csv_counted(path)[0]
+
+
+def read_csv_counted(path: str | Path) -> tuple[list[Row], int]:
+    """The complete rows of an mpiring.bench CSV, and how many incomplete ones were dropped.
+    Columns this version does not know are ignored; ones it added since are left at their
+    defaults, so older files read too."""
     with Path(path).open(newline="") as f:
         reader = csv.DictReader(f)
         missing = [n for n in ("size_bytes", "algo", "busbw_gbs", "time_us")
                    if n not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f"{path} is not an mpiring.bench CSV (no column {missing[0]})")
-        rows = []
-        for rec in reader:
-            known = {k: _parse(k, v or "") for k, v in rec.items() if k in FIELDS}
-            rows.append(Row(**known))
-    return rows
+        present = set(reader.fieldnames or [])
+        rows, dropped = [], 0
+        while True:
+            try:
+                rec = next(reader)
+            except StopIteration:
+                break
+            except csv.Error:  # a quoted cell cut at the end of the file
+                dropped += 1
+                break
+            cut = None in rec or any(rec.get(k) is None for k in present)  # too many / few cells
+            if cut or any(not rec.get(k) for k in _REQUIRED if k in present):
+                dropped += 1
+                continue
+            try:
+                known = {k: _parse(k, v) for k, v in rec.items() if k in FIELDS}
+                rows.append(Row(**known))
+            except (TypeError, ValueError):  # a number cut in the middle, a missing field
+                dropped += 1
+    return rows, dropped
 
 
 def write_json(path: str | Path, rows: list[Row], metadata: dict[str, Any]) -> Path:

@@ -75,13 +75,14 @@ def sweep(minbytes: int, maxbytes: int, stepfactor: float | None = 2,
         npoints = int(math.log(maxbytes / minbytes, stepfactor)) + 2
     if npoints > MAX_POINTS:
         raise ValueError(f"that sweep has {npoints} sizes, more than {MAX_POINTS}: widen the step")
+    factor = 2.0 if stepfactor is None else float(stepfactor)
     sizes, size = [], minbytes
     while size <= maxbytes:
         sizes.append(size)
         if stepbytes is not None:
             size += stepbytes
         else:
-            size = max(size + 1, int(size * stepfactor))
+            size = max(size + 1, int(size * factor))
     return sizes
 
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 STAT_FIELDS = ("mean", "std", "min", "max", "median")
+# nccl-tests' -a: how the ranks' times make the reported time
+RANK0, AVERAGE, FASTEST, SLOWEST = 0, 1, 2, 3
+AVERAGES = {RANK0: "rank 0", AVERAGE: "average", FASTEST: "minimum", SLOWEST: "maximum"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,23 @@ def slowest_of(per_rank: list[Stats]) -> tuple[Stats, int]:
     """The per-statistic maximum over ranks, and the rank with the largest median."""
     worst = max(range(len(per_rank)), key=lambda r: per_rank[r].median)
     return slowest(per_rank), worst
+
+
+def combine(per_rank: list[Stats], average: int = SLOWEST) -> tuple[Stats, int]:
+    """The reported figures from every rank's, as nccl-tests' ``-a``: rank 0's (0), the mean
+    (1), the minimum (2) or the maximum (3, the slowest rank) of each statistic over ranks;
+    and the rank with the largest median (the slowest, whatever the mode)."""
+    if not per_rank:
+        raise ValueError("no ranks to combine")
+    if average not in AVERAGES:
+        raise ValueError(f"averaging mode must be one of {sorted(AVERAGES)}, got {average}")
+    worst = max(range(len(per_rank)), key=lambda r: per_rank[r].median)
+    if average == RANK0:
+        return per_rank[0], worst
+    picks: dict[int, Callable[[list[float]], float]] = {AVERAGE: statistics.fmean, FASTEST: min,
+                                                        SLOWEST: max}
+    pick = picks[average]
+    return Stats(*(pick([getattr(s, name) for s in per_rank]) for name in STAT_FIELDS)), worst
 
 
 def bus_factor(nranks: int) -> float:

@@ -13,6 +13,8 @@ from .. import algorithms
 from .algorithms import AUTO, is_batched
 from .cli import Options
 from .data import describe_rule
+from .metadata import rank_lines
+from .nccl_names import nccl_type
 from .results import Row
 from .sizes import format_size
 
@@ -20,13 +22,22 @@ if TYPE_CHECKING:
     from .runner import Sweep
 
 
+REPORTED = {0: "rank 0's median time per iteration (-a 0)",
+            1: "median time per iteration, averaged over ranks (-a 1)",
+            2: "median time per iteration of the fastest rank (-a 2)",
+            3: "median time per iteration of the slowest rank (-a 3)"}
+
+
 def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(key, value)`` lines of the banner; a line with an empty key is printed as it is
+    (the per-rank lines, in nccl-tests' form)."""
     opts = sw.opts
     lo, hi = sw.sizes[0][0], sw.sizes[-1][0]
     step = (f"+{format_size(opts.stepbytes)}" if opts.stepbytes
             else f"x{opts.stepfactor or 2:g}")
     lines = [
-        ("ranks", f"{sw.world.size} on {meta.get('hostname')}"),
+        ("ranks", f"{sw.world.size} on {', '.join(meta.get('hosts') or [])}"),
+        *(("", line) for line in rank_lines(meta.get("ranks") or [])),
         ("memory", sw.space.describe()),
     ]
     if sw.mode == "gpu":
@@ -38,16 +49,16 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
     lines += [
         ("mpi", f"{meta.get('mpi_library')} (mpi4py {meta.get('mpi4py')})"),
         ("sizes", f"{format_size(lo)} .. {format_size(hi)} {step} ({len(sw.sizes)} sizes)"),
-        ("data", f"{opts.dtype} {opts.op}"),
+        ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
         ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
                                               if sw.baseline else "")),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
         ("timing", _timing_line(opts)),
-        ("reported", "median time per iteration of the slowest rank; mpiring's per-call "
-                     f"agreement {'on' if opts.time_agreement else 'off'} in timed loops"),
-        ("check", _check_line(sw) if opts.check else "off (--no-check): results not verified"),
+        ("reported", f"{REPORTED[opts.average]}; mpiring's per-call agreement "
+                     f"{'on' if opts.time_agreement else 'off'} in timed loops"),
+        ("check", _check_line(sw) if opts.check else "off (-c 0): results not verified"),
     ]
     if sw.overlap_line:
         lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
@@ -67,8 +78,10 @@ def _timing_line(opts: Options) -> str:
     iters = (f"{opts.iters} iterations" if opts.iters
              else f"{opts.time_budget:g} s per point (max {opts.max_iters} iterations)")
     warm = f"{opts.warmup} warm-up" if opts.warmup is not None else "auto warm-up"
+    launches = f"{opts.graph_launches} times" if opts.graph_launches > 1 else "once"
     graph = {"eager": "",
-             "graph": "; each repetition's calls replayed from one CUDA graph (--graph)",
+             "graph": f"; each repetition's calls captured in one CUDA graph, replayed "
+                      f"{launches} (-G {opts.graph_launches})",
              "gpu": "; calls replayed from one CUDA graph where the row can be captured (GPU time)",
              }[opts.timing]
     return f"{iters}, {warm}, {opts.reps} repetitions{graph}"
@@ -78,7 +91,9 @@ def _check_line(sw: Sweep) -> str:
     from .data import value_rule
 
     rule = value_rule(sw.opts.op, sw.dtype, sw.world.size)
-    return f"every element, exact; inputs are {describe_rule(rule)}"
+    calls = sw.opts.check
+    return (f"every element of {calls} call{'s' if calls > 1 else ''} per point, exact "
+            f"(#wrong: wrong elements over all ranks); inputs are {describe_rule(rule)}")
 
 
 def summary_lines(rows: list[Row], baseline: str) -> list[str]:
@@ -103,7 +118,7 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
             parts.append(f"peak {peak.busbw_gbs:.2f} GB/s at {format_size(peak.size_bytes)}")
             sp = [r for r in timed if r.speedup is not None and math.isfinite(r.speedup)]
             if sp and algo != baseline:
-                best = max(sp, key=lambda r: r.speedup)
+                best = max(sp, key=lambda r: r.speedup or 0.0)
                 parts.append(f"best {best.speedup:.2f}x vs {baseline} at "
                              f"{format_size(best.size_bytes)}")
             gemm = _finite(r.gemm_slowdown for r in timed)

@@ -15,9 +15,10 @@ bound by Python's launch overhead, so timing them eagerly would pick by noise. A
 that rejects a size (one-shot above its limit) or cannot run at all (no NCCL) is simply no
 candidate there.
 
-On the host transport (no GPU, or ``--host``) the only candidate is ``ring`` (``mpi`` is no
-candidate of auto), so the table says ``ring`` for every size: that mode exists so the command
-can be tested without GPUs.
+On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
+(``mpi`` is no candidate of auto), so the table says ``ring`` for every size: that mode exists
+so the command can be tested without GPUs. A machine whose GPUs CuPy cannot use is an error,
+as in the benchmark (:mod:`mpiring.bench.mode`).
 
 Only rank 0 prints and writes. Exit status: 0 table written; 1 a correctness check failed
 (nothing written: fix the algorithm first); 2 some points raised errors (table written from
@@ -38,8 +39,8 @@ from typing import Any
 from ..algorithms import auto_candidates
 from ..algorithms.auto import Entry, TuningTable, from_timings, load, to_json
 from ..errors import InvalidArgumentError
+from .argtypes import RankZeroParser, int_at_least, positive_float, size_arg
 from .cli import Options as BenchOptions
-from .cli import RankZeroParser, int_at_least, positive_float, size_arg
 from .cli import parse_args as bench_defaults
 from .sizes import GPU_DEFAULT, HOST_DEFAULT, format_size
 
@@ -49,8 +50,9 @@ DESCRIPTION = f"""\
 Measure the candidates of algorithm="auto" ({', '.join(auto_candidates())}) at every message
 size, one rank per GPU, and write the table auto reads: at each size the fastest (median of
 the slowest rank, float32 sum, every point checked before it is timed). Use the file with
-MPIRING_TUNING_FILE=<file>. On the host transport (no GPU, or --host) the only candidate is
-ring: the table is all ring, for testing this command.
+MPIRING_TUNING_FILE=<file>. On a machine without GPUs (or with --host) it tunes the host
+transport, whose only candidate is ring: the table is all ring, for testing this command.
+A machine whose GPUs CuPy cannot use is an error naming CuPy's error (see --host).
 """
 
 EPILOG = """\
@@ -121,7 +123,7 @@ def parse_args(argv: Sequence[str] | None = None) -> TuneOptions:
         parser.error("-e/--maxbytes is below -b/--minbytes")
     bench = replace(bench_defaults([]), minbytes=ns.minbytes, maxbytes=ns.maxbytes,
                     stepfactor=ns.stepfactor, algos=auto_candidates(), batches=("auto",),
-                    dtype=DTYPE, op=OP, placements=("out",), check=True, host=ns.host,
+                    dtype=DTYPE, op=OP, placements=("out",), check=1, host=ns.host,
                     plot=False, time_budget=ns.time_budget, reps=ns.reps, timeout=ns.timeout,
                     progress=ns.progress, argv=tuple(args), timing="eager" if ns.host else "gpu")
     return TuneOptions(bench, ns.output, ns.merge)
@@ -224,42 +226,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
 
-    from . import runner
+    from .command import run_on_world
 
-    return runner.run_on_world("mpiring.bench.tune", opts.bench.progress,
-                               lambda world, reporter: _run(opts, world, reporter))
+    return run_on_world("mpiring.bench.tune", opts.bench.progress,
+                        lambda world, reporter: _run(opts, world, reporter))
 
 
 def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
     from . import metadata, runner, summary
+    from .command import BenchError, exit_status
 
     problem, base = destination_problem(opts, world.size) if world.rank == 0 else ("", None)
     problem, base = world.bcast((problem, base), root=0)
     if problem:
-        raise runner.BenchError(problem)
+        raise BenchError(problem)
     sw = runner.setup(opts.bench, world, reporter, algos_for=candidates)
     problem = merge_problem(base, sw.mode)
     if problem:
         sw.comm.close()
-        raise runner.BenchError(problem)
+        raise BenchError(problem)
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(), settings={},
                             argv=list(opts.bench.argv), prog="mpiring.bench.tune")
-    note = ("" if sw.mode == "gpu" else "host transport: 'ring' is auto's only candidate here, "
-            "so the table is all ring (for testing this command)")
+    note = ("" if sw.mode == "gpu" else f"{sw.note}; 'ring' is auto's only candidate on the "
+            "host, so the table is all ring (for testing this command)")
     reporter.banner("mpiring tuning: auto's candidates", summary.banner_lines(sw, meta), note)
     rows = runner.run_sweep(sw)
     sw.comm.close()
     for line in summary.summary_lines(rows, sw.baseline):
         reporter.print(f"# {line}")
 
-    status = runner.exit_status(rows)
+    status = exit_status(rows)
     if status == 1:
         reporter.error("mpiring.bench.tune: a correctness check FAILED (rows marked FAIL): no table "
                        "written; fix the algorithm before tuning")
         return 1
     times = timings(rows, world.size)
     if not times:
-        raise runner.BenchError("no candidate was timed at any size: no table to write")
+        raise BenchError("no candidate was timed at any size: no table to write")
     run = {"machine": _machine(meta, world.size), "measured": meta["date"], "mode": sw.mode,
            "sizes": f"{format_size(sw.sizes[0][0])} .. {format_size(sw.sizes[-1][0])}",
            "candidates": list(sw.algos), "mpiring": meta.get("mpiring"),
@@ -274,7 +277,7 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
 
 def _write_and_show(path: Path, table: TuningTable, world: Any, reporter: Any) -> None:
     """Collective: rank 0 writes the file and prints this rank count's table."""
-    from .runner import BenchError
+    from .command import BenchError
 
     problem = ""
     if world.rank == 0:

@@ -90,7 +90,9 @@ def test_host_bench_end_to_end(shared_dir):
     meta = json.loads(jsons[0].read_text())["metadata"]
     if meta["world_size"] != world.size or meta["mode"] != "host":
         problems.append(f"metadata {meta['world_size']} {meta['mode']}")
-    for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date"):
+    if meta.get("complete") is not True:
+        problems.append("metadata does not say the run completed")
+    for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date", "ranks"):
         if not meta.get(key):
             problems.append(f"metadata lacks {key}")
     verdict(problems)
@@ -190,4 +192,48 @@ def test_argument_rejected_on_one_rank_is_not_applicable_on_all():
             problems.append(f"status {err.status}, rebuild {err.rebuild}")
         if err.errors[0] != "rank 1: InvalidArgumentError: oneshot takes at most 1 MiB":
             problems.append(f"first error {err.errors[0]}")
+    verdict(problems)
+
+
+def test_nccl_tests_output_on_real_ranks(shared_dir, capsys):
+    """--nccl-tests: one table per algorithm, a line per size with both placements, #wrong 0;
+    every rank in the header with its host and MPI library; the CSV has the same rows."""
+    status = main(["-b", "1K", "-e", "16K", "-f", "4", "--output-dir", str(shared_dir), "--name",
+                   "nt", "--time-budget", "0.005", "--reps", "2", "--no-plot", "--progress", "off",
+                   "--nccl-tests", "-c", "2", "-a", "1", "-d", "float", "-o", "sum", "--host"])
+    problems = [] if status == 0 else [f"exit status {status}"]
+    out = capsys.readouterr().out
+    algos = len(default_sweep(False))  # one table each
+    if world.rank == 0:
+        lines = out.splitlines()
+        data = [line.split() for line in lines if line.strip() and not line.startswith("#")]
+        if [d[0] for d in data] != ["1024", "4096", "16384"] * algos:
+            problems.append(f"data lines {data}")
+        if any(len(d) != 13 or d[2:5] != ["float", "sum", "-1"] or d[8] != "0" or d[12] != "0"
+               for d in data):
+            problems.append(f"columns {data}")
+        if sum(line.startswith("# Avg bus bandwidth") for line in lines) != algos:
+            problems.append("not one '# Avg bus bandwidth' per algorithm")
+        ranks = [line for line in lines if line.startswith("#  Rank")]
+        if len(ranks) != world.size or any("device  - [host memory]" not in r for r in ranks):
+            problems.append(f"rank lines {ranks}")
+        if not any(line.startswith("# MPI library (every rank):") for line in lines):
+            problems.append("no MPI library line")
+    world.Barrier()
+    with next(shared_dir.glob("nt_*.csv")).open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 3 * 2 * algos or {r["wrong"] for r in rows} != {"0"}:
+        problems.append(f"{len(rows)} rows, wrong {sorted({r['wrong'] for r in rows})}")
+    meta = json.loads(next(shared_dir.glob("nt_*.json")).read_text())["metadata"]
+    if meta["complete"] is not True or len(meta["ranks"]) != world.size:
+        problems.append(f"metadata complete={meta['complete']} ranks={meta.get('ranks')}")
+    verdict(problems)
+
+
+def test_a_gpu_only_algorithm_on_the_host_is_an_error(shared_dir, capsys):
+    status = main(["--host", "--algo", "nccl", "-b", "1K", "-e", "1K", "--output-dir",
+                   str(shared_dir), "--progress", "off"])
+    problems = [] if status == 3 else [f"exit status {status}"]
+    if world.rank == 0 and "reduces GPU arrays only" not in capsys.readouterr().err:
+        problems.append("no message saying nccl reduces GPU arrays only")
     verdict(problems)

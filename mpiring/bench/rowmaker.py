@@ -1,0 +1,85 @@
+"""The row of a measured point: its outcome in figures (times in microseconds, bandwidths,
+the speed-up over the run's baseline), auto's pick and the mini-batches the calls ran with.
+
+``sw`` is the run's :class:`~mpiring.bench.runner.Sweep` (its communicator, rows so far,
+world size); only its attributes are read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import MpiringError
+from .algorithms import AUTO
+from .measure import Outcome, Point
+from .results import Row
+from .stats import algbw, busbw
+
+
+def resolved_pick(comm: Any, count: int, dtype: Any) -> str:
+    """The algorithm ``auto`` runs for ``count`` elements, where the communicator can say
+    (``Communicator.resolve``); "?" if asking failed."""
+    resolve = getattr(comm, "resolve", None)
+    if resolve is None:
+        return ""
+    try:
+        return str(resolve(count, dtype, algorithm=AUTO))
+    except (MpiringError, ValueError, TypeError):
+        return "?"
+
+
+def batches_used(sw: Any, p: Point) -> int | None:
+    """The mini-batches the point's calls ran with; None where the algorithm has none, or
+    refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
+    try:
+        return sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=p.algo,
+                                   batches=p.call_batches)
+    except MpiringError:
+        return None
+
+
+def make_row(sw: Any, p: Point, out: Outcome) -> Row:
+    """The row of point ``p`` from its agreed outcome (the same on every rank)."""
+    row = Row(size_bytes=p.nbytes, count=p.count, dtype=p.dtype, op=p.op, algo=p.algo,
+              batches=p.batches_label, placement=p.placement, nranks=sw.world.size,
+              status=out.status, check=out.check, wrong=out.wrong, note=out.note,
+              baseline=sw.baseline, batches_used=batches_used(sw, p))
+    if p.algo == AUTO:
+        row.resolved = resolved_pick(sw.comm, p.count, sw.dtype)
+    ov = out.overlap
+    if ov is not None:
+        us = {k: None if v is None else v * 1e6 for k, v in (
+            ("gemm_alone_us", ov.gemm_alone_s), ("gemm_overlap_us", ov.gemm_with_s),
+            ("ar_alone_us", ov.ar_alone_s), ("ar_overlap_us", ov.ar_with_s))}
+        for name, value in us.items():
+            setattr(row, name, value)
+        row.gemm_slowdown, row.ar_slowdown = ov.gemm_slowdown, ov.ar_slowdown
+        if ov.note:
+            row.note = "; ".join(n for n in (row.note, ov.note) if n)
+    s = out.stats
+    if s is not None:
+        row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6
+        row.min_us, row.max_us, row.std_us = s.min * 1e6, s.max * 1e6, s.std * 1e6
+        row.algbw_gbs = algbw(p.nbytes, s.median)
+        row.busbw_gbs = busbw(p.nbytes, s.median, sw.world.size)
+        row.iters, row.warmup, row.reps = out.iters, out.warmup, out.reps
+        row.slowest_rank = out.slowest_rank
+    return row
+
+
+def speedup(sw: Any, row: Row) -> float | None:
+    """Baseline median time / this median time, at the same size and placement (the baseline
+    runs first at every size)."""
+    if not row.timed or row.time_us is None or not sw.baseline:
+        return None
+    for r in reversed(sw.rows):
+        if (r.algo == sw.baseline and r.size_bytes == row.size_bytes
+                and r.placement == row.placement and r.timed and r.time_us is not None):
+            return float(r.time_us / row.time_us)
+    return 1.0 if row.algo == sw.baseline else None
+
+
+def reason(note: str) -> str:
+    """An outcome's note without its "rank N: ErrorType: " prefix."""
+    parts = note.split(": ", 2)
+    return parts[-1] if len(parts) == 3 and parts[0].startswith("rank ") else note
