@@ -115,8 +115,9 @@ def flat(nbytes: float, c: Cluster) -> float:
 
 def fit_ring(points: Iterable[tuple[int, float]], ranks: int) -> Link:
     """The link of a ring allreduce over ``ranks`` from measured ``(bytes, seconds)``: alpha from
-    the smallest message (all latency), beta from the slope between the two largest (all
-    bandwidth), as alpha-beta models are read: ``t(s) = 2(P-1) alpha + 2(P-1)/P s / beta``."""
+    the fastest of the small messages (up to 64 KiB, or the smallest: all latency; the fastest,
+    because one slow point is noise, not latency), beta from the slope between the two largest
+    (all bandwidth), as alpha-beta models are read: ``t(s) = 2(P-1) alpha + 2(P-1)/P s / beta``."""
     pts = sorted((int(s), float(t)) for s, t in points)
     if len(pts) < 3 or ranks < 2:
         raise ValueError("fitting a ring needs three or more sizes and two or more ranks")
@@ -124,7 +125,11 @@ def fit_ring(points: Iterable[tuple[int, float]], ranks: int) -> Link:
     if s2 == s1 or t2 <= t1:
         raise ValueError("the measured times do not grow with size")
     steps = 2 * (ranks - 1)
-    return Link(alpha=pts[0][1] / steps, beta=steps * (s2 - s1) / (ranks * (t2 - t1)))
+    latency = min([t for s, t in pts if s <= SMALL] or [pts[0][1]])
+    return Link(alpha=latency / steps, beta=steps * (s2 - s1) / (ranks * (t2 - t1)))
+
+
+SMALL = 64 << 10  # messages up to this size measure latency
 
 
 # Stated inter-node figures (docs/scale-out.md): 8 x 400 Gb/s InfiniBand per node, one NIC per

@@ -42,9 +42,10 @@ def fit(measured: dict[int, float], ranks: int) -> cm.Link:
 Check = list[tuple[int, float, float, float]]
 
 
-def compare(measured: dict[int, float], predict: Callable[[int], float]) -> Check:
-    """(size, predicted s, measured s, error) at the check sizes that were measured."""
-    return [(s, predict(s), measured[s], predict(s) / measured[s] - 1) for s in CHECK_SIZES if s in measured]
+def compare(measured: dict[int, float], predict: Callable[[int], float],
+            sizes: tuple[int, ...] = CHECK_SIZES) -> Check:
+    """(size, predicted s, measured s, error) at those of ``sizes`` that were measured."""
+    return [(s, predict(s), measured[s], predict(s) / measured[s] - 1) for s in sizes if s in measured]
 
 
 def table(title: str, rows: Check) -> str:
@@ -115,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster = cm.Cluster(2, 1, nvlink, link)
         print(f"\n'network' between the virtual nodes (NCCL over NVLink) fitted: alpha "
               f"{link.alpha * 1e6:.2f} us, beta {link.beta / 1e9:.1f} GB/s\n")
-        print(table("hier, 2 virtual nodes of 1 GPU", compare(times(vrows, "hier", "1"),
-                                                               lambda s: cm.hier(s, cluster))))
+        hier = times(vrows, "hier", "1")
+        print(table("hier, 2 virtual nodes of 1 GPU", compare(hier, lambda s: cm.hier(s, cluster),
+                                                               tuple(sorted(hier)))))
     if args.plot:
         plot(nvlink, nccl_nvlink, args.plot)
         print(f"\nwrote {args.plot}")
