@@ -27,6 +27,7 @@ from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
 from .control import ControlBoard
+from .cuda.streams import torch_stream
 from .dispatch import Dispatcher
 from .errors import (
     CommunicatorClosedError,
@@ -211,7 +212,9 @@ class Communicator:
 
         ``sendbuf`` may be ``MPI.IN_PLACE`` or None (reduce ``recvbuf`` in place), or the very
         same array as ``recvbuf``. GPU work is ordered after what the caller queued on the
-        current CuPy stream, and later work there sees the result.
+        current stream (CuPy's; for torch tensors ``torch.cuda.current_stream()``), and later
+        work there sees the result. ``op`` is ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
+        ``MPI.MIN`` or ``"avg"`` (floating types: the sum divided by the number of ranks).
         """
         self._collective(Collective.ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches)
 
@@ -232,6 +235,15 @@ class Communicator:
 
     def _collective(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
                     algorithm: str | None, batches: int | None) -> None:
+        stream = torch_stream(recvbuf) if self._gpu is not None else None
+        if stream is None:
+            self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+        else:  # a torch tensor: order the call on torch's current stream (mpiring.cuda.streams)
+            with stream:
+                self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+
+    def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
+             algorithm: str | None, batches: int | None) -> None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)

@@ -23,7 +23,7 @@ from .algorithms import auto as auto_table
 from .algorithms.base import Run
 from .buffers import Memory, check_pair, describe
 from .errors import InvalidArgumentError, UnavailableError
-from .ops import dtype_code, normalize_op
+from .ops import Op, check_op_dtype, dtype_code, normalize_op
 from .options import check_batches
 
 if TYPE_CHECKING:
@@ -83,13 +83,19 @@ class Dispatcher:
         backend.check_buffer(recv, "recvbuf")
         if not in_place:
             backend.check_buffer(send, "sendbuf")
+        run = row.runner(collective)
+        assert run is not None  # row() refuses a row without this collective
+        values = dict(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op), algorithm=row.code,
+                      batches=nb or 0, memory=int(recv.memory), collective=int(collective))
+        if the_op is Op.AVG and collective is not Collective.ALLGATHER:
+            check_op_dtype(the_op, recv.dtype)
+            if not row.averages:  # sum, then divide what this rank receives by the rank count
+                size = self.topology.size
+                result = recv if collective is Collective.ALLREDUCE else recv.part(0, total // size)
+                the_op, run = Op.SUM, _then_average(run, result, size)
         call = Call(None if in_place else send, recv, the_op, nb)
         if row.check is not None:
             row.check(backend, call)
-        values = dict(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op), algorithm=row.code,
-                      batches=nb or 0, memory=int(recv.memory), collective=int(collective))
-        run = row.runner(collective)
-        assert run is not None  # row() refuses a row without this collective
         return Prepared(call, row, run, backend, values)
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
@@ -169,6 +175,14 @@ class Dispatcher:
             if (limit is None or nbytes <= limit) and (row.graph_capturable or not gpu.capturing()):
                 return name
         return first
+
+
+def _then_average(run: Run, result: Any, ranks: int) -> Run:
+    """``run`` (a sum), then ``result /= ranks``: op ``avg`` on a row without its own."""
+    def run_then_average(backend: Backend, call: Call) -> None:
+        run(backend, call)
+        backend.average(result, ranks)
+    return run_then_average
 
 
 def _fits(row: Algorithm, memory: Memory, collective: Collective, topology: Topology) -> bool:

@@ -6,7 +6,10 @@ agreement check sends), its element struct or functor in the CUDA sources
 here, so adding a type is one row plus, where the kernels need it, one struct in C++ (a test
 checks every row against the sources).
 
-Ops accept mpi4py's ``MPI.SUM`` & co. as well as strings.
+Ops accept mpi4py's ``MPI.SUM`` & co. as well as strings. ``avg`` (what gradient averaging
+uses; MPI has none) is the sum divided by the number of ranks, for floating-point types only::
+
+    avg(x_0 .. x_{n-1}) == sum(x_0 .. x_{n-1}) * (1 / n)   # rounded once more, in the type
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Op(enum.IntEnum):
     PROD = 2
     MAX = 3
     MIN = 4
+    AVG = 5  # SUM, then the result scaled by 1/n (a row may do it natively, e.g. NCCL's ncclAvg)
 
     @property
     def ufunc(self) -> np.ufunc:
@@ -44,9 +48,14 @@ class OpInfo:
     op: Op
     name: str  # lower-case, what users may pass as a string
     ufunc: np.ufunc  # the host fold (max/min propagate NaN, as IEEE maximum does)
-    cuda: str  # functor in csrc/types.cuh
+    cuda: str | None  # functor in csrc/types.cuh (None: AVG, which folds as SUM)
     nccl: str  # ncclRedOp_t name
-    mpi: str  # attribute of mpi4py.MPI
+    mpi: str | None  # attribute of mpi4py.MPI (None: MPI has no such op)
+
+    @property
+    def mean(self) -> bool:
+        """Whether the result is the sum scaled by 1/n (``avg``)."""
+        return self.op is Op.AVG
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,10 @@ OPS: dict[Op, OpInfo] = {row.op: row for row in (
     OpInfo(Op.PROD, "prod", np.multiply, "Prod", "NCCL_PROD", "PROD"),
     OpInfo(Op.MAX, "max", np.maximum, "Max", "NCCL_MAX", "MAX"),
     OpInfo(Op.MIN, "min", np.minimum, "Min", "NCCL_MIN", "MIN"),
+    OpInfo(Op.AVG, "avg", np.add, None, "NCCL_AVG", None),
 )}
+# The ops that fold with a functor of their own in the kernels (all but AVG, which folds as SUM).
+REDUCTIONS: tuple[Op, ...] = tuple(row.op for row in OPS.values() if row.cuda is not None)
 
 DTYPES: dict[str, DType] = {row.name: row for row in (
     DType("float16", 1, "F16", "NCCL_FLOAT16", None, "float16"),
@@ -96,7 +108,7 @@ _OP_NAMES = {row.name: row.op for row in OPS.values()}
 def _mpi_ops() -> list[tuple[Any, Op]]:
     from mpi4py import MPI
 
-    return [(getattr(MPI, row.mpi), row.op) for row in OPS.values()]
+    return [(getattr(MPI, row.mpi), row.op) for row in OPS.values() if row.mpi is not None]
 
 
 def normalize_op(op: Any) -> Op:
@@ -114,8 +126,28 @@ def normalize_op(op: Any) -> Op:
         if op == mpi_op:
             return ours
     raise InvalidArgumentError(
-        f"unsupported op {op!r}: mpiring reduces with MPI.SUM, MPI.PROD, MPI.MAX or MPI.MIN"
+        f"unsupported op {op!r}: mpiring reduces with MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN or "
+        "'avg'"
     )
+
+
+def check_op_dtype(op: Op, dtype: np.dtype) -> None:
+    """Raise unless ``op`` can reduce ``dtype``: ``avg`` takes floating-point types only."""
+    if op is Op.AVG and is_integer(dtype):
+        raise InvalidArgumentError(
+            f"op 'avg' averages floating-point arrays, not {np.dtype(dtype).name}: reduce with "
+            "'sum' and divide as your integers need (floor, round, ...)"
+        )
+
+
+def mpi_op(op: Op) -> Any:
+    """mpi4py's op for ``op`` (the dispatcher runs ``avg`` as ``sum`` on MPI's rows)."""
+    from mpi4py import MPI
+
+    name = op.row.mpi
+    if name is None:
+        raise InvalidArgumentError(f"MPI has no op {op.name.lower()}")
+    return getattr(MPI, name)
 
 
 def bfloat16_dtype() -> np.dtype | None:
@@ -158,6 +190,16 @@ def dtype_name(code: int) -> str:
     """The name behind a wire code (for error messages), or the code itself if unknown."""
     row = DTYPE_BY_CODE.get(int(code))
     return row.name if row is not None else f"dtype code {code}"
+
+
+def divide_by_ranks(array: np.ndarray, ranks: int) -> None:
+    """``array /= ranks`` as op ``avg`` finishes a sum, on the host and (``average`` in
+    csrc/fold.cu) the GPU alike: half types divide in float32 and round once, float32 and
+    float64 divide in their own type. Under the caller's ``np.seterr`` a quotient that
+    underflows is still just a result, not an error."""
+    divisor = np.float32(ranks) if array.dtype.itemsize <= 4 else np.float64(ranks)
+    with np.errstate(all="ignore"):
+        np.divide(array, divisor, out=array, casting="unsafe")
 
 
 def is_integer(dtype: np.dtype) -> bool:

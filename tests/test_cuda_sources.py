@@ -18,7 +18,7 @@ import re
 import pytest
 
 from mpiring.cuda import sources
-from mpiring.ops import DTYPES, OPS, Op
+from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op
 
 ARCH = "sm_90"
 
@@ -98,12 +98,17 @@ def test_name_expressions_cover_every_dtype_and_op() -> None:
     DTYPES x OPS row, so the compile test above covers every struct and functor of the table."""
     fold, direct = sources.name_expressions("fold.cu"), sources.name_expressions("direct.cu")
     for dtype in DTYPES:
-        for op in OPS:
+        for op in REDUCTIONS:
             assert sources.kernel_name("fold", dtype, op) in fold
             for kind in ("oneshot", "twoshot"):
                 assert sources.kernel_name(kind, dtype, op) in direct
     for unit in sources.COPY_UNITS:
         assert sources.copy_name(unit) in fold
+    assert sources.averaged_dtypes() == ["float16", "float32", "float64", "bfloat16"]
+    for dtype in sources.averaged_dtypes():
+        assert sources.average_name(dtype) in fold
+    with pytest.raises(KeyError, match="avg has no kernel"):
+        sources.kernel_name("fold", "float32", Op.AVG)
     assert sources.kernel_name("fold", "float32", Op.SUM) == "fold<F32, Sum>"
     assert sources.kernel_name("twoshot", "bfloat16", Op.MIN) == "twoshot<BF16, Min>"
 
@@ -112,7 +117,8 @@ def test_every_table_row_names_a_struct_of_types_cuh() -> None:
     """DTYPES[*].cuda are element structs and OPS[*].cuda functors defined in types.cuh."""
     defined = set(re.findall(r"^struct (\w+)", sources.read("types.cuh"), re.M))
     assert {row.cuda for row in DTYPES.values()} <= defined
-    assert {row.cuda for row in OPS.values()} <= defined
+    assert {row.cuda for row in OPS.values() if row.op in REDUCTIONS} <= defined
+    assert [row.op for row in OPS.values() if row.cuda is None] == [Op.AVG]
 
 
 def _line_of(text: str, needle: str) -> int:

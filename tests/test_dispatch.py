@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
+from mpi4py import MPI
 
 from mpiring import algorithms
 from mpiring.algorithms import Collective
@@ -12,6 +14,7 @@ from mpiring.algorithms import auto as auto_table
 from mpiring.buffers import Memory
 from mpiring.dispatch import Dispatcher
 from mpiring.errors import InvalidArgumentError
+from mpiring.ops import Op
 from mpiring.topology import from_node_keys
 
 
@@ -71,3 +74,58 @@ def test_errors_are_not_memoized_and_the_table_version_invalidates() -> None:
         algorithms.unregister("shiny")
     with pytest.raises(InvalidArgumentError, match="unknown algorithm"):
         d.row(4096, Memory.CUDA, "shiny")
+
+
+class FakeHost:
+    """Records what the rows and the dispatcher ask of a host backend."""
+
+    memory = Memory.HOST
+
+    def __init__(self) -> None:
+        self.log: list[tuple] = []
+
+    def check_buffer(self, buf, role) -> None:
+        pass
+
+    def capturing(self) -> bool:
+        return False
+
+    def run_ring(self, call, collective, events=False) -> None:
+        self.log.append(("ring", call.op, collective))
+
+    def average(self, buf, ranks) -> None:
+        self.log.append(("average", buf.address, buf.count, ranks))
+
+
+@pytest.mark.parametrize(("collective", "in_place"), [(Collective.ALLREDUCE, False),
+                                                      (Collective.ALLREDUCE, True),
+                                                      (Collective.REDUCE_SCATTER, False),
+                                                      (Collective.REDUCE_SCATTER, True)])
+def test_avg_runs_the_sum_then_divides_this_ranks_result(collective: Collective, in_place: bool) -> None:
+    """On a row without its own average the call sums, then divides exactly the elements this
+    rank receives (Reduce_scatter_block: its block; in place, the start of recvbuf) by the rank
+    count; the agreement check still sees op avg, so a rank summing instead is a mismatch."""
+    host = FakeHost()
+    topo = from_node_keys([0, 0, 0])
+    d = Dispatcher("auto", None, None, auto_table.load(), topo, host=host, gpu=None)
+    m = 5
+    whole = np.ones(3 * m, np.float32)
+    if collective is Collective.ALLREDUCE:
+        send, recv = (MPI.IN_PLACE, whole) if in_place else (whole, np.zeros_like(whole))
+    else:
+        send, recv = (MPI.IN_PLACE, whole) if in_place else (whole, np.zeros(m, np.float32))
+    prepared = d.prepare(collective, send, recv, "avg", "ring", None)
+    assert prepared.call.op is Op.SUM and prepared.values["op"] == int(Op.AVG)
+    prepared.run(host, prepared.call)
+    count = recv.size if collective is Collective.ALLREDUCE else m
+    address = recv.__array_interface__["data"][0]
+    assert host.log == [("ring", Op.SUM, collective), ("average", address, count, 3)]
+
+
+def test_avg_refuses_integers_and_ignores_allgather() -> None:
+    d = Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0, 0]), host=FakeHost(), gpu=None)
+    with pytest.raises(InvalidArgumentError, match="op 'avg' averages floating-point arrays, not int64"):
+        d.prepare(Collective.ALLREDUCE, np.ones(4, np.int64), np.zeros(4, np.int64), "avg", "ring", None)
+    ints = np.ones(2, np.int64), np.zeros(4, np.int64)
+    prepared = d.prepare(Collective.ALLGATHER, *ints, "sum", "ring", None)
+    assert prepared.run is prepared.row.allgather

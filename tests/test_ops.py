@@ -15,8 +15,10 @@ from mpi4py import MPI
 
 from mpiring.errors import InvalidArgumentError
 from mpiring.ops import (
+    REDUCTIONS,
     Op,
     bfloat16_dtype,
+    check_op_dtype,
     dtype_code,
     is_integer,
     normalize_op,
@@ -45,7 +47,7 @@ def test_normalize_op_accepts(given_op: object, want: Op) -> None:
 @pytest.mark.parametrize("name", ["add", "", "sum ", "mean", "band"])
 def test_normalize_op_rejects_strings(name: str) -> None:
     """An unknown name is quoted and the accepted names are listed."""
-    listed = r"unsupported op .*use one of \['max', 'min', 'prod', 'sum'\]"
+    listed = r"unsupported op .*use one of \['avg', 'max', 'min', 'prod', 'sum'\]"
     with pytest.raises(InvalidArgumentError, match=listed):
         normalize_op(name)
     with pytest.raises(InvalidArgumentError, match=repr(name)):
@@ -58,18 +60,36 @@ def test_normalize_op_rejects_strings(name: str) -> None:
 )
 def test_normalize_op_rejects_others(bad: object) -> None:
     """Other MPI ops and other objects are refused, naming the supported ops."""
-    with pytest.raises(InvalidArgumentError, match="unsupported op .*MPI.SUM, MPI.PROD, MPI.MAX or MPI.MIN"):
+    listed = "unsupported op .*MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN or 'avg'"
+    with pytest.raises(InvalidArgumentError, match=listed):
         normalize_op(bad)
 
 
 def test_op_codes_and_ufuncs() -> None:
     """Wire codes are distinct and each op folds with the matching ufunc."""
-    assert [int(op) for op in Op] == [1, 2, 3, 4]
+    assert [int(op) for op in Op] == [1, 2, 3, 4, 5]
+    assert REDUCTIONS == (Op.SUM, Op.PROD, Op.MAX, Op.MIN)
     a, b = np.array([3, -2, 5]), np.array([4, 7, -1])
+    assert Op.AVG.ufunc is np.add and Op.AVG.row.mean and not Op.SUM.row.mean
     assert Op.SUM.ufunc(a, b).tolist() == [7, 5, 4]
     assert Op.PROD.ufunc(a, b).tolist() == [12, -14, -5]
     assert Op.MAX.ufunc(a, b).tolist() == [4, 7, 5]
     assert Op.MIN.ufunc(a, b).tolist() == [3, -2, -1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", BF16])
+def test_avg_takes_floating_types(dtype: object) -> None:
+    check_op_dtype(Op.AVG, np.dtype(dtype))
+    assert normalize_op("avg") is normalize_op("AVG") is Op.AVG
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_avg_refuses_integers_naming_the_fix(dtype: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"op 'avg' averages floating-point arrays, not {dtype}: "
+                                                   "reduce with 'sum'"):
+        check_op_dtype(Op.AVG, np.dtype(dtype))
+    for op in REDUCTIONS:
+        check_op_dtype(op, np.dtype(dtype))
 
 
 def test_supported_dtypes_and_codes() -> None:

@@ -95,6 +95,8 @@ class Algorithm:
         scope: ``Scope.NODE`` if it runs only where every rank is on one node.
         reduce_scatter: ``run`` of ``Reduce_scatter_block``, if the row has one.
         allgather: ``run`` of ``Allgather``, if the row has one.
+        averages: its entries take ``Op.AVG`` themselves (NCCL's ``ncclAvg``); for the other
+            rows the dispatcher runs ``SUM`` and then divides the result by the rank count.
     """
 
     name: str
@@ -112,6 +114,7 @@ class Algorithm:
     scope: Scope = Scope.NODE
     reduce_scatter: Run | None = None
     allgather: Run | None = None
+    averages: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

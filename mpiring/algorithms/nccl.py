@@ -39,7 +39,7 @@ NCCL = Algorithm(
     "nccl", 2, GPU, run_allreduce,
     summary="`ncclAllReduce`", best_for="baseline",
     graph_capturable=True, auto=True, baseline=True, scope=Scope.ANY,
-    reduce_scatter=run_reduce_scatter, allgather=run_allgather,
+    reduce_scatter=run_reduce_scatter, allgather=run_allgather, averages=True,
 )
 NCCL_RING = Algorithm(
     "nccl-ring", 3, GPU, run_ring,

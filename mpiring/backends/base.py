@@ -94,6 +94,10 @@ class Backend(ABC):
         """Wait until this rank's calls have finished; raise what they met."""
 
     @abstractmethod
+    def average(self, buf: Buffer, ranks: int) -> None:
+        """``buf /= ranks`` elementwise, after this rank's call (op ``avg`` on rows that sum)."""
+
+    @abstractmethod
     def close(self, abandon: bool = False) -> MpiringError | None:
         """Release what set-up made; return a failure that drained work met, if any."""
 

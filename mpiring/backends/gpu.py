@@ -242,6 +242,10 @@ class GpuBackend(Backend):
         self.direct.launch(kind, call.source.address, recv.address, recv.count, recv.dtype, call.op,
                            self.ordered_stream())
 
+    def average(self, buf: Buffer, ranks: int) -> None:
+        """``buf /= ranks`` on the caller's stream, after the call (one launch, capturable)."""
+        self.kernel.average(buf.address, buf.count, buf.dtype, ranks, self.ordered_stream())
+
     def _nccl_baselines(self) -> NcclBaselines:
         if self._nccl is None:  # collective: every rank agreed on the algorithm before this
             from ..baselines.nccl import NcclBaselines

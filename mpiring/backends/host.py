@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from mpi4py import MPI
 
-from ..buffers import Memory
+from ..buffers import Buffer, Memory
 from ..control import ControlBoard
 from ..errors import MpiringError
+from ..ops import divide_by_ranks, mpi_op
 from ..pipeline import RingPipeline
 from ..schedule import Phase, RingPlan, choose_batches, chunk_bounds, default_batches
 from ..timeouts import TimeoutPolicy
@@ -56,6 +57,9 @@ class HostBackend(Backend):
                           CallBuffers(send, recv, call.recv.count, dtype, call.op))
         if shape.front:
             np.copyto(recv[:m], recv[r * m:(r + 1) * m])
+
+    def average(self, buf: Buffer, ranks: int) -> None:
+        divide_by_ranks(buf.array, ranks)
 
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         size = self.node_size
@@ -107,7 +111,7 @@ class HostBackend(Backend):
         """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout."""
         if comm.size == 1 or data.size == 0:
             return
-        request = comm.Iallreduce(MPI.IN_PLACE, data, op=getattr(MPI, op.row.mpi))
+        request = comm.Iallreduce(MPI.IN_PLACE, data, op=mpi_op(op))
         self.waiter.request(request, lambda: f"every node to join {what}", hint=INTER_HINT,
                             buffers=(data,))
 

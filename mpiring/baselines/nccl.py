@@ -74,7 +74,7 @@ class NcclBaselines:
             "bfloat16": getattr(nccl, "NCCL_BFLOAT16", 9),
         }
         self.ops = {Op.SUM: nccl.NCCL_SUM, Op.PROD: nccl.NCCL_PROD, Op.MAX: nccl.NCCL_MAX,
-                    Op.MIN: nccl.NCCL_MIN}
+                    Op.MIN: nccl.NCCL_MIN, Op.AVG: getattr(nccl, "NCCL_AVG", 4)}  # ncclAvg
 
     def allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """``ncclAllReduce`` on raw pointers (``send == recv`` for in place)."""

@@ -1,4 +1,5 @@
-"""The ring's reduction ("fold") kernel, ``out = in (op) slot`` elementwise, and a copy kernel.
+"""The ring's reduction ("fold") kernel, ``out = in (op) slot`` elementwise, a copy kernel, and
+the division of a sum by the rank count (op ``avg`` on rows that sum first).
 
 The CUDA source is ``csrc/fold.cu`` (element types and ops: ``csrc/types.cuh``). Results agree
 bit for bit with numpy's (and ml_dtypes' for bfloat16): half precision is widened to float and
@@ -46,6 +47,7 @@ class FoldKernel:
         self._guard = (np.uint64(abort), np.uint64(status))
         self._functions: dict[tuple[str, Op], object] = {}
         self._copies: dict[int, object] = {}
+        self._averages: dict[str, object] = {}
 
     def function(self, dtype: np.dtype, op: Op):
         """The compiled kernel for ``dtype`` and ``op`` (compiled on first use, then cached)."""
@@ -65,6 +67,17 @@ class FoldKernel:
         blocks = min(self.max_blocks, -(-count // (THREADS * per_thread)))
         fn((blocks,), (THREADS,), (out, inp, slot, np.int64(count), np.int32(vectorized), *self._guard),
            stream=stream)
+
+    def average(self, out: int, count: int, dtype: np.dtype, ranks: int, stream) -> None:
+        """Enqueue ``out[:count] /= ranks`` (op avg; floating types), skipped once aborted."""
+        if count == 0:
+            return
+        name = np.dtype(dtype).name
+        fn = self._averages.get(name)
+        if fn is None:
+            fn = self._averages[name] = _module().get_function(sources.average_name(name))
+        blocks = min(self.max_blocks, -(-count // THREADS))
+        fn((blocks,), (THREADS,), (out, np.int64(count), np.int32(ranks), *self._guard), stream=stream)
 
     def copy(self, out: int, src: int, nbytes: int, stream) -> None:
         """Enqueue ``out[:nbytes] = src[:nbytes]`` on ``stream``, skipped once aborted."""

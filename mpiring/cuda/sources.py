@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..ops import DTYPES, OPS, Op
+from ..ops import DTYPES, OPS, REDUCTIONS, Op
 
 CSRC = Path(__file__).with_name("csrc")
 
@@ -70,8 +70,22 @@ def _inline(name: str, seen: set[str]) -> str:
 
 
 def kernel_name(kernel: str, dtype: str, op: Op) -> str:
-    """The name expression of ``kernel`` ("fold", "oneshot", "twoshot") for a dtype name and op."""
-    return f"{kernel}<{DTYPES[dtype].cuda}, {OPS[op].cuda}>"
+    """The name expression of ``kernel`` ("fold", "oneshot", "twoshot") for a dtype name and op
+    (one of :data:`mpiring.ops.REDUCTIONS`: ``avg`` has no functor, it folds as ``sum``)."""
+    functor = OPS[op].cuda
+    if functor is None:
+        raise KeyError(f"op {op.name.lower()} has no kernel of its own: it folds as sum")
+    return f"{kernel}<{DTYPES[dtype].cuda}, {functor}>"
+
+
+def average_name(dtype: str) -> str:
+    """The name expression of the kernel dividing a result by the rank count (op ``avg``)."""
+    return f"average<{DTYPES[dtype].cuda}>"
+
+
+def averaged_dtypes() -> list[str]:
+    """The dtypes ``avg`` takes: the floating-point ones."""
+    return [name for name, row in DTYPES.items() if row.epsilon > 0]
 
 
 def copy_name(unit: int) -> str:
@@ -86,7 +100,8 @@ def name_expressions(name: str) -> list[str]:
     """Every template instantiation that ``csrc/<name>`` must provide to its launcher."""
     if name not in _KERNELS:
         raise KeyError(f"no kernels are known for CUDA source {name!r}")
-    names = [kernel_name(k, dtype, op) for k in _KERNELS[name] for dtype in DTYPES for op in OPS]
+    names = [kernel_name(k, dtype, op) for k in _KERNELS[name] for dtype in DTYPES for op in REDUCTIONS]
     if name == "fold.cu":
         names += [copy_name(unit) for unit in COPY_UNITS]
+        names += [average_name(dtype) for dtype in averaged_dtypes()]
     return names

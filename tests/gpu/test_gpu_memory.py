@@ -21,7 +21,7 @@ from mpi4py import MPI
 import mpiring
 
 ALGOS = ["ring", "oneshot", "twoshot", "auto", "nccl", "nccl-ring"]
-OPS = list(mpiring.Op)
+OPS = list(mpiring.ops.REDUCTIONS)
 # One-shot takes messages up to a 4 MiB slot / ranks (1 MiB on up to 4 ranks).
 ONESHOT_LIMIT = min(1 << 20, (4 << 20) // WORLD.size // 16 * 16)
 RANK = WORLD.rank

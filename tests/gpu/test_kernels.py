@@ -17,11 +17,11 @@ import pytest
 cupy = pytest.importorskip("cupy")  # tests/gpu/conftest.py skips too; this file also stands alone
 
 from mpiring import cuda  # noqa: E402
-from mpiring.cuda import contract  # noqa: E402
+from mpiring.cuda import contract, sources  # noqa: E402
 from mpiring.cuda.direct import DirectKernels  # noqa: E402
 from mpiring.cuda.kernels import FoldKernel  # noqa: E402
 from mpiring.cuda.layout import StagingLayout  # noqa: E402
-from mpiring.ops import DTYPES, OPS, Op  # noqa: E402
+from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op, divide_by_ranks  # noqa: E402
 
 if not cuda.available():
     pytest.skip("no CUDA GPU visible", allow_module_level=True)
@@ -114,7 +114,7 @@ OFFSETS = [(0, 0, 0), (1, 1, 1), (0, 1, 0), (1, 0, 1)]  # (out, in, slot), in el
 
 
 @pytest.mark.parametrize("offsets", OFFSETS, ids=lambda o: "offsets-{}{}{}".format(*o))
-@pytest.mark.parametrize("op", list(OPS), ids=lambda op: op.name.lower())
+@pytest.mark.parametrize("op", REDUCTIONS, ids=lambda op: op.name.lower())
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 def test_fold_matches_numpy_bit_for_bit(device: int, guard, dtype_name: str, op: Op,
                                         offsets: tuple[int, int, int]) -> None:
@@ -147,6 +147,26 @@ def test_fold_of_nothing_launches_nothing(device: int, guard) -> None:
     kernel.launch(kernel.function(np.float32, Op.SUM), out.ptr, 0, 0, 0, 4, cupy.cuda.Stream.null)
     kernel.copy(out.ptr, 0, 0, cupy.cuda.Stream.null)
     out.get()
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 7])
+@pytest.mark.parametrize("dtype_name", sources.averaged_dtypes())
+def test_average_matches_the_host_rule_bit_for_bit(device: int, guard, dtype_name: str, ranks: int) -> None:
+    """out /= ranks (op avg) equals mpiring.ops.divide_by_ranks, the host's rule, on odd counts,
+    an odd offset and a grid too small for one pass; the poison guards around it survive."""
+    dtype = _np_dtype(dtype_name)
+    rng = np.random.default_rng([DTYPES[dtype_name].code, ranks])
+    abort, status = guard
+    kernel = FoldKernel(device, abort.data.ptr, status.data.ptr, max_blocks=2)
+    for count in COUNTS:
+        a = random_values(rng, count, dtype, nan=True)
+        out = Buffer(count, dtype, 1)
+        out.put(a)
+        kernel.average(out.ptr, count, dtype, ranks, cupy.cuda.Stream.null)
+        want = a.copy()
+        divide_by_ranks(want, ranks)
+        assert_same(out.get(), want)
+    assert not cupy.asnumpy(status).any(), "a healthy launch reported"
 
 
 @pytest.mark.parametrize("unit", [16, 8, 4, 2, 1])
@@ -223,7 +243,7 @@ def direct(guard):
 
 
 @pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "misaligned"])
-@pytest.mark.parametrize("op", list(OPS), ids=lambda op: op.name.lower())
+@pytest.mark.parametrize("op", REDUCTIONS, ids=lambda op: op.name.lower())
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 def test_direct_kernels_of_one_rank_copy_input(direct, dtype_name: str, op: Op, offset: int) -> None:
     """With one rank, oneshot and twoshot give out == in bit for bit, for odd counts up to the

@@ -16,7 +16,7 @@ import pytest
 from matrix import HOST_DTYPES, OPS, PLACEMENTS  # noqa: F401 - OPS: re-exported for the tests
 from mpi4py import MPI
 
-from mpiring.ops import Op, is_integer, tolerance
+from mpiring.ops import Op, dtype_row, is_integer, tolerance
 
 world = MPI.COMM_WORLD
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -90,6 +90,10 @@ def tiny(dtype: np.dtype) -> float:
     return float(info.smallest_subnormal)
 
 
+def dtype_epsilon(dtype: np.dtype) -> float:
+    return dtype_row(np.dtype(dtype)).epsilon
+
+
 def check_result(out: np.ndarray, stack: np.ndarray, op: Op, label: str) -> list[str]:
     """Compare ``out`` element by element with the reduction of ``stack`` (every rank's input).
 
@@ -103,7 +107,14 @@ def check_result(out: np.ndarray, stack: np.ndarray, op: Op, label: str) -> list
         return [f"{label}: result is {out.dtype}[{flat.size}], expected {dtype}[{stack.shape[1]}]"]
     if flat.size == 0:
         return []
-    if is_integer(dtype):
+    if op is Op.AVG:  # the sum's bound, divided by n, plus the division's own rounding
+        wide = stack.astype(np.longdouble)
+        want = wide.sum(axis=0) / n
+        got_values = flat.astype(np.longdouble)
+        allowed = (tolerance(dtype, n) * np.abs(wide).sum(axis=0) + (n - 1) * tiny(dtype)) / n
+        allowed += dtype_epsilon(dtype) / 2 * np.abs(want) + tiny(dtype)
+        bad = np.flatnonzero(~(np.abs(got_values - want) <= allowed))
+    elif is_integer(dtype):
         want = op.ufunc.reduce(stack.astype(np.int64), axis=0).astype(dtype)
         bad = np.flatnonzero(flat != want)
         got_values = flat

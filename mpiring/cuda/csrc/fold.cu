@@ -54,3 +54,16 @@ __global__ void copy(U* __restrict__ out, const U* __restrict__ src, long long n
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = tid; i < n; i += stride) out[i] = src[i];
 }
+
+// out[0:n] /= ranks: op avg, the sum divided by the number of ranks in the arithmetic type and
+// rounded once (what numpy does with x / np.float32(ranks) for half types). Floating types only.
+template <class T>
+__global__ void average(typename T::S* __restrict__ out, long long n, int ranks,
+                        const unsigned long long* abort, long long* status) {
+  typedef typename T::A A;
+  if (aborted(abort, status)) return;
+  const A divisor = (A)ranks;
+  const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = tid; i < n; i += stride) out[i] = T::st(T::ld(out[i]) / divisor);
+}

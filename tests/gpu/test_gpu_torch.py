@@ -1,0 +1,103 @@
+"""torch tensors are ordered on ``torch.cuda.current_stream()`` (``mpiring.cuda.streams``): on a
+torch side stream the call reads inputs written late on that stream and later work there sees
+its result; inside ``torch.cuda.graph`` capture the call is captured on torch's capture stream
+and every replay on changing data is exact. Both fail when calls run on CuPy's stream instead
+(torch's side streams do not wait for CuPy's default stream; capture would see a launch on a
+stream it does not own and fail).
+"""
+
+from __future__ import annotations
+
+import cupy
+import pytest
+from gpu_helpers import WORLD, agree, rank_input, reference
+from mpi4py import MPI
+
+import mpiring
+
+torch = pytest.importorskip("torch")
+RANK = WORLD.rank
+CAPTURABLE = ["oneshot", "twoshot", "nccl", "auto"]
+
+
+@pytest.fixture(scope="module")
+def comm():
+    c = mpiring.Communicator(WORLD, gpu=True)
+    yield c
+    c.close()
+
+
+def exact(count: int, salt: int, device) -> torch.Tensor:
+    ref = reference(mpiring.Op.SUM, WORLD.size, count, salt)
+    return torch.as_tensor(cupy.asnumpy(ref), device=device)
+
+
+def late_input(count: int, salt: int, device) -> torch.Tensor:
+    """This rank's input, written on the current torch stream after ~2 ms of GPU sleep."""
+    torch.cuda._sleep(2_000_000)  # cycles: about a millisecond or two; the copy below waits for it
+    src = torch.as_tensor(cupy.asnumpy(rank_input(RANK, count, cupy.float64, salt)), device=device)
+    return src.to(torch.float32)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("algo", ["ring", "ring-events", "oneshot", "twoshot", "nccl", "auto"])
+def test_side_stream_orders_the_call(comm, algo):
+    """40 calls on a torch side stream, each input written late on it and each result consumed
+    on it, with nothing synchronised in between: every result exact."""
+    device = torch.device("cuda", comm.device)
+    side = torch.cuda.Stream(device)
+    count = 100_003
+    errors, results = [], []
+    with torch.cuda.stream(side):
+        for i in range(40):
+            x = late_input(count, i, device)
+            out = torch.full_like(x, float("nan"))
+            comm.Allreduce(x, out, algorithm=algo)
+            results.append(out * 1)  # consumed on the side stream right after the call
+    side.synchronize()
+    for i, got in enumerate(results):
+        wrong = int((got.double() != exact(count, i, device)).sum())
+        if wrong:
+            errors.append(f"{algo} call {i}: {wrong} wrong")
+    agree(not errors, "; ".join(errors[:5]))
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("op", ["sum", "avg"])
+@pytest.mark.parametrize("algo", CAPTURABLE)
+def test_torch_cuda_graph_replays(comm, algo, op):
+    """One call captured by torch.cuda.graph, replayed 30 times on changing data."""
+    device = torch.device("cuda", comm.device)
+    count = 65_537
+    capture = torch.cuda.Stream(device)
+    x = torch.zeros(count, device=device)
+    out = torch.empty_like(x)
+    with torch.cuda.stream(capture):  # the first call on the capture stream runs eagerly
+        comm.Allreduce(x, out, op, algorithm=algo)
+    capture.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=capture):
+        comm.Allreduce(x, out, op, algorithm=algo)
+    errors = []
+    for replay in range(30):
+        x.copy_(torch.as_tensor(cupy.asnumpy(rank_input(RANK, count, cupy.float32, replay)), device=device))
+        out.fill_(float("nan"))
+        graph.replay()
+        want = exact(count, replay, device)
+        if op == "avg":
+            want = want / WORLD.size
+        wrong = int((~torch.isclose(out.double(), want, rtol=2e-7, atol=0)).sum())
+        if wrong:
+            errors.append(f"{algo} {op} replay {replay}: {wrong} wrong")
+    torch.cuda.synchronize()
+    agree(not errors, "; ".join(errors[:5]))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_in_place_and_allreduce_return_torch(comm):
+    device = torch.device("cuda", comm.device)
+    x = torch.ones(1000, device=device, dtype=torch.bfloat16)
+    comm.Allreduce(MPI.IN_PLACE, x, "avg")
+    y = comm.allreduce(torch.full((1000,), 2.0, device=device), op="avg")
+    ok = isinstance(y, torch.Tensor) and bool((x == 1).all()) and bool((y == 2).all())
+    agree(ok, f"avg of ones {x[:3]}, of twos {y[:3] if isinstance(y, torch.Tensor) else type(y)}")
