@@ -89,7 +89,9 @@ class Dispatcher:
                       batches=nb or 0, memory=int(recv.memory), collective=int(collective))
         if the_op is Op.AVG and collective is not Collective.ALLGATHER:
             check_op_dtype(the_op, recv.dtype)
-            if not row.averages:  # sum, then divide what this rank receives by the rank count
+            if self.topology.size == 1:  # the average of one input is that input: a sum
+                the_op = Op.SUM
+            elif not row.averages:  # sum, then divide what this rank receives by the rank count
                 size = self.topology.size
                 result = recv if collective is Collective.ALLREDUCE else recv.part(0, total // size)
                 the_op, run = Op.SUM, _then_average(run, result, size)
@@ -105,12 +107,17 @@ class Dispatcher:
         Hot path: the answer depends only on these arguments, the table, and this
         communicator's fixed settings (topology, tuning table, size limits), except for graph
         capture, which is asked afresh (and only for a row that cannot be captured). So answers
-        are memoized per (arguments, table version); errors are not."""
+        are memoized per (arguments, table version); errors are not, nor auto's answers given
+        while a graph is being captured (it then picks among capturable rows only: an eager
+        call must not inherit that choice)."""
         key = (nbytes, memory, algorithm, collective, algorithms.version())
         hit = self._memo.get(key)
         if hit is not None and (hit.graph_capturable or not self.backend(memory).capturing()):
             return hit
         row = self._resolve(nbytes, memory, algorithm, collective)
+        by_auto = (self.algorithm if algorithm is None else algorithm) == AUTO
+        if by_auto and row.graph_capturable and self.backend(memory).capturing():
+            return row
         if len(self._memo) >= MEMO_ENTRIES:  # bounded: sizes vary without end in some programs
             self._memo.clear()
         self._memo[key] = row
@@ -166,7 +173,11 @@ class Dispatcher:
             return "nccl" if gpu is not None else "mpi"
         candidates = algorithms.auto_candidates(memory)
         if gpu is None or self.topology.size == 1 or collective is not Collective.ALLREDUCE:
-            return candidates[0]  # the ring: the host's one mpiring algorithm; one rank: a copy
+            # The ring: the host's one mpiring algorithm; one rank: a copy. While a CUDA graph
+            # is being captured: nccl, which serves every collective and can be captured.
+            if gpu is not None and gpu.capturing():
+                return "nccl"
+            return candidates[0]
         first = self.tuning.choose(self.topology.size, nbytes)
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
             row = algorithms.get(name)

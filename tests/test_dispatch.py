@@ -129,3 +129,20 @@ def test_avg_refuses_integers_and_ignores_allgather() -> None:
     ints = np.ones(2, np.int64), np.zeros(4, np.int64)
     prepared = d.prepare(Collective.ALLGATHER, *ints, "sum", "ring", None)
     assert prepared.run is prepared.row.allgather
+
+
+@pytest.mark.parametrize("collective", list(Collective))
+def test_a_choice_made_while_capturing_is_not_kept_for_eager_calls(collective: Collective) -> None:
+    """auto while capturing picks a capturable row (one rank, the block collectives: nccl); the
+    eager calls before and after get the eager choice (the ring), memo or not."""
+    gpu = FakeGpu()
+    topo = from_node_keys([0])
+    d = Dispatcher("auto", None, None, auto_table.load(), topo, host=None, gpu=gpu)
+    size = 64 << 20
+    assert d.row(size, Memory.CUDA, None, collective).name == "ring"
+    gpu.capture = True
+    assert d.row(size, Memory.CUDA, None, collective).name == "nccl"
+    assert d.row(size + 4, Memory.CUDA, None, collective).name == "nccl"  # a miss while capturing
+    gpu.capture = False
+    assert d.row(size, Memory.CUDA, None, collective).name == "ring"
+    assert d.row(size + 4, Memory.CUDA, None, collective).name == "ring"

@@ -39,7 +39,7 @@ def late_input(count: int, salt: int, device) -> torch.Tensor:
     return src.to(torch.float32)
 
 
-@pytest.mark.mpi(min_size=2)
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("algo", ["ring", "ring-events", "oneshot", "twoshot", "nccl", "auto"])
 def test_side_stream_orders_the_call(comm, algo):
     """40 calls on a torch side stream, each input written late on it and each result consumed
@@ -62,7 +62,7 @@ def test_side_stream_orders_the_call(comm, algo):
     agree(not errors, "; ".join(errors[:5]))
 
 
-@pytest.mark.mpi(min_size=2)
+@pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("op", ["sum", "avg"])
 @pytest.mark.parametrize("algo", CAPTURABLE)
 def test_torch_cuda_graph_replays(comm, algo, op):
@@ -93,7 +93,7 @@ def test_torch_cuda_graph_replays(comm, algo, op):
     agree(not errors, "; ".join(errors[:5]))
 
 
-@pytest.mark.mpi(min_size=2)
+@pytest.mark.mpi(min_size=1)
 def test_in_place_and_allreduce_return_torch(comm):
     device = torch.device("cuda", comm.device)
     x = torch.ones(1000, device=device, dtype=torch.bfloat16)
