@@ -32,11 +32,10 @@ def exact(count: int, salt: int, device) -> torch.Tensor:
     return torch.as_tensor(cupy.asnumpy(ref), device=device)
 
 
-def late_input(count: int, salt: int, device) -> torch.Tensor:
-    """This rank's input, written on the current torch stream after ~2 ms of GPU sleep."""
-    torch.cuda._sleep(2_000_000)  # cycles: about a millisecond or two; the copy below waits for it
-    src = torch.as_tensor(cupy.asnumpy(rank_input(RANK, count, cupy.float64, salt)), device=device)
-    return src.to(torch.float32)
+def inputs(count: int, calls: int, device) -> list[torch.Tensor]:
+    """This rank's input of each call, made on the device beforehand."""
+    return [torch.as_tensor(cupy.asnumpy(rank_input(RANK, count, cupy.float32, i)), device=device)
+            for i in range(calls)]
 
 
 @pytest.mark.mpi(min_size=1)
@@ -45,13 +44,17 @@ def test_side_stream_orders_the_call(comm, algo):
     """40 calls on a torch side stream, each input written late on it and each result consumed
     on it, with nothing synchronised in between: every result exact."""
     device = torch.device("cuda", comm.device)
-    side = torch.cuda.Stream(device)
-    count = 100_003
+    side = torch.cuda.Stream(device)  # torch's streams do not wait for the legacy default stream
+    count, calls = 100_003, 40
+    sources = inputs(count, calls, device)
+    x, out = torch.zeros(count, device=device), torch.empty(count, device=device)
+    torch.cuda.synchronize()
     errors, results = [], []
     with torch.cuda.stream(side):
-        for i in range(40):
-            x = late_input(count, i, device)
-            out = torch.full_like(x, float("nan"))
+        for i in range(calls):
+            torch.cuda._sleep(1_000_000)  # ~0.5 ms of GPU time before this call's input is written
+            x.copy_(sources[i])
+            out.fill_(float("nan"))
             comm.Allreduce(x, out, algorithm=algo)
             results.append(out * 1)  # consumed on the side stream right after the call
     side.synchronize()
