@@ -130,14 +130,13 @@ class Communicator:
         self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
                                          algorithms.name_of_code, lambda c: Collective(c).label,
                                          groups.node_ranks)
-        use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
+        here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
-        use_gpu = all_ranks(self.comm, use_gpu, self.timeout, "decide whether to use GPUs")
+        use_gpu = all_ranks(self.comm, here, self.timeout, "decide whether to use GPUs")
         if gpu and not use_gpu:
-            raise UnavailableError(
-                "gpu=True but CuPy or a CUDA GPU is missing on some rank: install mpiring[cuda12] "
-                "or mpiring[cuda13] and run where every rank sees a GPU"
-            )
+            why = (f"this rank cannot: {cuda.unavailable_reason()}" if not here else
+                   "another rank cannot (its error says why)")
+            raise UnavailableError(f"gpu=True but not every rank can use a GPU; {why}")
         if use_gpu:
             from .backends.gpu import GpuBackend
 

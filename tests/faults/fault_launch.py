@@ -33,7 +33,7 @@ def find_mpiexec() -> str:
     found = str(beside) if beside.exists() else shutil.which("mpiexec")
     if found is None:
         pytest.fail(f"no mpiexec next to {sys.executable} nor on PATH: install the test extra "
-                    "(pip install -e '.[test]' brings MPICH) to run the fault tests", pytrace=False)
+                    "(pip install -e '.[mpi,test]' brings MPICH) to run the fault tests", pytrace=False)
     return found
 
 

@@ -147,7 +147,8 @@ def test_gpu_required_without_gpu(world: MPI.Intracomm) -> None:
     for i in range(1200):  # MPICH runs out of communicator ids after ~1000 leaked ones
         err = attempt(lambda: mpiring.Communicator(world, gpu=True))
         if i % 100 == 0 or err is None or not isinstance(err, UnavailableError):
-            problems += expect_raised(err, UnavailableError, "gpu=True but CuPy or a CUDA GPU is missing")
+            problems += expect_raised(err, UnavailableError, "gpu=True but not every rank can use a GPU; "
+                                      f"this rank cannot: {mpiring.cuda.unavailable_reason()}")
         if problems:
             break
     problems = [p for fs in world.allgather(problems) for p in fs]  # break together
