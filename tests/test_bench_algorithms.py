@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from mpiring import algorithms
-from mpiring.bench.algorithms import AUTO, all_names, default_sweep, is_batched, reference, runnable
+from mpiring.bench.algorithms import (
+    AUTO,
+    all_names,
+    default_sweep,
+    implements,
+    is_batched,
+    node_only,
+    reference,
+    runnable,
+)
 from mpiring.bench.cli import parse_args
 from mpiring.buffers import Memory
 
@@ -30,3 +39,24 @@ def test_every_table_row_is_covered():
 
 def test_cli_accepts_every_algorithm():
     assert parse_args(["--algo", ",".join(all_names())]).algos == all_names()
+
+
+def test_a_collectives_sweep_holds_the_rows_that_implement_it():
+    for collective in ("reduce_scatter", "allgather"):
+        assert default_sweep(True, collective) == ("nccl", "ring", "ring-events", "auto")
+        assert default_sweep(False, collective) == ("mpi", "ring")
+        assert runnable(False, collective) == ("mpi", "ring", AUTO)
+        assert reference(True, collective) == "nccl" and reference(False, collective) == "mpi"
+    assert default_sweep(False, "allreduce") == default_sweep(False)
+    assert implements("hier", "allreduce") and not implements("hier", "allgather")
+    assert implements(AUTO, "reduce_scatter") and not implements("nccl-ring", "reduce_scatter")
+
+
+def test_rows_of_one_node_are_left_out_across_nodes():
+    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot")
+    assert node_only(False) == ("ring",)
+    assert node_only(True, "allgather") == ("ring", "ring-events")
+    assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "hier", "auto")
+    assert default_sweep(False, nodes=3) == ("mpi", "hier")
+    assert default_sweep(False, "reduce_scatter", nodes=2) == ("mpi",)
+    assert runnable(True, "allgather", nodes=2) == ("nccl", "auto")

@@ -142,3 +142,37 @@ def test_help_names_the_gpu_algorithms_and_overlap():
     text = build_parser().format_help()
     for word in ("--overlap", "--gemm-size", "oneshot", "twoshot", "auto", "n/a", "_overlap.png"):
         assert word in text, word
+
+
+def test_collectives_are_a_comma_list_or_all():
+    assert parse_args([]).collectives == ("allreduce",)
+    assert parse_args(["--collective", "reduce_scatter"]).collectives == ("reduce_scatter",)
+    o = parse_args(["--collective", "allgather,reduce_scatter,allgather"])
+    assert o.collectives == ("allgather", "reduce_scatter")  # in order, once each
+    assert parse_args(["--collective", "all"]).collectives == ("allreduce", "reduce_scatter",
+                                                               "allgather")
+
+
+def test_the_default_file_name_is_the_collective():
+    assert parse_args([]).name == "allreduce"
+    assert parse_args(["--collective", "allgather"]).name == "allgather"
+    assert parse_args(["--collective", "all"]).name == "collectives"
+    assert parse_args(["--collective", "allgather", "--name", "h200"]).name == "h200"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--collective", "alltoall"], "unknown collective 'alltoall'"),
+    (["--collective", "allgather", "--overlap", "gemm"], "--overlap gemm measures the allreduce only"),
+    (["--collective", "all", "--overlap", "gemm"], "drop --collective"),
+])
+def test_bad_collectives_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_help_explains_the_collectives():
+    text = " ".join(build_parser().format_help().split())
+    assert "--collective" in text and "reduce_scatter" in text and "allgather" in text
+    assert "the size is the whole buffer" in text and "busbw = algbw * (n-1)/n" in text
+    assert "rounded down to whole blocks" in text and "left out of the default sweep" in text

@@ -105,3 +105,44 @@ def test_host_and_device_agree_on_expected_in_dtype():
     host.store(buf, 0, gen.expected(0, 4096))
     dev = InputGenerator(cp, "sum", np.dtype(np.float16), 8, seed=1)
     assert CupySpace().mismatches(cp.asarray(buf), 0, dev.expected(0, 4096)) is None
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "allgather"])
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in"])
+def test_block_collectives_check_on_device(name, collective, in_place):
+    """reduce_scatter / allgather buffers on the device (CuPy, torch bfloat16) for 3 simulated
+    ranks: a true result (computed from the device inputs) passes, one wrong element is counted
+    on its rank only; the expected values are the host's."""
+    from mpiring.bench.collectives import Expect
+    from mpiring.bench.collectives import SizeBuffers as Blocks
+
+    n, m = 3, (1 << 24) // 3 + 7  # blocks across the generation pieces
+    total, dtype, space = n * m, resolve_dtype(name), space_for(name)
+    gen = InputGenerator(cp, "sum", dtype, n, seed=6)
+    bufs = [Blocks(space, gen, total, r, cache=False, collective=collective) for r in range(n)]
+    for b in bufs:
+        b.prepare_in_place() if in_place else space.poison(b.recv)
+    space.synchronize()
+    # inputs as the call sees them, in float64 on the device (exact for these integers)
+    as64 = (lambda t: cp.asarray(t.float().cpu().numpy(), dtype=cp.float64)) if name == "bfloat16" \
+        else (lambda a: a.astype(cp.float64))
+    if in_place and collective == "allgather":
+        inputs = [as64(b.recv[b.rank * m:(b.rank + 1) * m]) for b in bufs]
+    else:
+        inputs = [as64(b.recv if in_place else b.send) for b in bufs]
+    for b in bufs:
+        if collective == "reduce_scatter":
+            result = sum(inputs)[b.rank * m:(b.rank + 1) * m]
+        else:
+            result = cp.concatenate(inputs)
+        if b.rank == 1:
+            result[-1] += 1
+        space.store(b.recv_arg(in_place), 0, result.astype(cp.int32))
+    space.synchronize()
+    checks = [(b.check_output(), b.check_input()) for b in bufs]
+    assert checks[0] == checks[2] == (None, None)
+    assert checks[1][0] is not None and checks[1][0].count == 1 and checks[1][1] is None
+    host = Expect(InputGenerator(np, "sum", dtype, n, seed=6), collective, total, 2)
+    dev = Expect(gen, collective, total, 2)
+    assert np.array_equal(host.want(m - 5, m + 5), cp.asnumpy(dev.want(m - 5, m + 5)))

@@ -304,3 +304,39 @@ def test_serial_end_to_end(tmp_path):
     assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
     assert {r["wrong"] for r in rows} == {"0"}
     assert {r["algo"] for r in rows} == {"mpi", "ring", "hier"}
+
+
+class BlockComm(FakeComm):
+    """One rank's Reduce_scatter_block and Allgather (copies), counting which was called."""
+
+    def __init__(self, mode: str = "good") -> None:
+        super().__init__(mode)
+        self.methods: list[str] = []
+
+    def Reduce_scatter_block(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        self.methods.append("Reduce_scatter_block")
+        self.Allreduce(send, recv, op)
+
+    def Allgather(self, send, recv, *, algorithm=None, batches=None):  # noqa: N802
+        self.methods.append("Allgather")
+        self.Allreduce(send, recv, None)
+
+
+@pytest.mark.parametrize("placement", ["out", "in"])
+@pytest.mark.parametrize(("collective", "method"), [("reduce_scatter", "Reduce_scatter_block"),
+                                                    ("allgather", "Allgather")])
+@pytest.mark.parametrize("mode", ["good", "wrong"])
+def test_block_collectives_are_called_and_checked(collective, method, placement, mode):
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True, collective=collective)
+    comm = BlockComm(mode)
+    m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01, reps=2), check=1,
+                      time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "mpi", None, placement, collective),
+                    bufs)
+    assert set(comm.methods) == {method}
+    if mode == "good":
+        assert (out.status, out.check, out.wrong) == ("ok", "OK", 0), out.note
+    else:
+        assert (out.status, out.wrong) == ("fail", 1) and "index 3" in out.note

@@ -116,3 +116,17 @@ def test_type_and_op_names():
     assert op_name("MAX") == "max"
     with pytest.raises(ValueError, match="sum divided by the rank count"):
         op_name("avg")
+
+
+def test_tables_name_their_collective_and_allgather_has_no_redop():
+    table = NcclTestsTable(("out",))
+    lines: list[str] = []
+    for collective in ("allreduce", "reduce_scatter", "allgather"):
+        lines += table.add(row("out", 10.0, collective=collective, count=(134217728 // 4) // 8))
+    lines += table.close()
+    starts = [line for line in lines if line.startswith("# Collective test starting")]
+    assert starts == [f"# Collective test starting: mpiring {c}, algorithm nccl"
+                      for c in ("allreduce", "reduce_scatter", "allgather")]
+    data = [line.split() for line in lines if not line.startswith("#")]
+    assert [d[3] for d in data] == ["sum", "sum", "none"]  # all_gather_perf's redop column
+    assert [d[1] for d in data] == ["4194304"] * 3  # count: as given (one rank's block)

@@ -102,3 +102,28 @@ def test_size_axis_labels(tmp_path):
     assert labels[-1] == "8\u2009GiB" and "KiB" in labels[0]
     assert all(s[-3:] in ("KiB", "MiB", "GiB") for s in labels) and 3 <= len(labels) <= 10
     plt.close(fig)
+
+
+def test_each_collective_gets_its_own_figure_named_after_it(tmp_path):
+    rows = []
+    for collective in ("allreduce", "reduce_scatter", "allgather"):
+        for r in fake_rows(algos=("nccl", "ring")):
+            r.collective = collective
+            rows.append(r)
+    written = plot.plot_results(rows, {}, tmp_path / "run")
+    assert written == [tmp_path / "run.png", tmp_path / "run_reduce_scatter.png",
+                       tmp_path / "run_allgather.png"]
+    assert all(_is_png(p) for p in written)
+    # the default --name is the collective: no second suffix
+    assert plot.collective_prefix(tmp_path / "allgather_vm_1", "allgather") == str(
+        tmp_path / "allgather_vm_1")
+    assert plot.collective_prefix("x/h200", "reduce_scatter") == "x/h200_reduce_scatter"
+    assert plot.collective_prefix("x/h200", "allreduce") == "x/h200"
+
+
+def test_baselines_are_named_by_their_collective():
+    rows = fake_rows(algos=("nccl", "ring"))
+    for r in rows:
+        r.collective = "allgather"
+    labels = [label for label, *_ in plot.main_series(rows)]
+    assert labels[0] == "NCCL Allgather" and "mpiring ring" in labels

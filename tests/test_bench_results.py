@@ -29,7 +29,10 @@ def sample_rows() -> list[Row]:
     na = Row(size_bytes=1 << 30, count=1 << 28, dtype="float32", op="sum", algo="oneshot",
              batches="-", placement="out", nranks=4, status="inapplicable", check="-",
              note="rank 0: InvalidArgumentError: oneshot takes at most 1 MiB")
-    return [ok, fail, skipped, auto, na]
+    gather = Row(size_bytes=1 << 20, count=65536, dtype="float32", op="sum", algo="mpi",
+                 batches="-", placement="in", nranks=4, status="ok", check="OK",
+                 collective="allgather", wrong=0, time_us=20.0)
+    return [ok, fail, skipped, auto, na, gather]
 
 
 def test_csv_round_trip(tmp_path):
@@ -45,7 +48,7 @@ def test_csv_has_one_line_per_row_and_empty_missing_values(tmp_path):
     path = write_csv(tmp_path / "r.csv", sample_rows())
     with path.open(newline="") as f:
         recs = list(csv.DictReader(f))
-    assert len(recs) == 5
+    assert len(recs) == 6 and recs[-1]["collective"] == "allgather"
     assert recs[1]["time_us"] == "" and recs[1]["check"] == "FAIL"
     assert (recs[3]["resolved"], recs[3]["gemm_slowdown"]) == ("twoshot", "1.053")
     assert recs[0]["resolved"] == "" and recs[0]["gemm_slowdown"] == ""
@@ -60,7 +63,8 @@ def test_json_round_trip_with_metadata(tmp_path):
     back, meta_back = read_json(path)
     assert back == rows and meta_back == meta
     doc = json.loads(path.read_text())
-    assert doc["fields"] == FIELDS and len(doc["results"]) == 5
+    assert doc["fields"] == FIELDS and len(doc["results"]) == 6
+    assert [r["collective"] for r in doc["results"]] == ["allreduce"] * 5 + ["allgather"]
 
 
 def test_json_never_writes_nan(tmp_path):
@@ -75,13 +79,15 @@ def test_reads_csv_of_older_runs_without_the_new_columns(tmp_path):
     path = write_csv(tmp_path / "r.csv", sample_rows()[:1])
     with path.open(newline="") as f:
         recs = list(csv.DictReader(f))
-    old = [k for k in FIELDS if k != "resolved" and not k.startswith(("gemm_", "ar_"))]
+    old = [k for k in FIELDS if k not in ("resolved", "collective")
+           and not k.startswith(("gemm_", "ar_"))]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(recs)
     back = read_csv(path)[0]
     assert back.time_us == 12.5 and back.resolved == "" and back.gemm_slowdown is None
+    assert back.collective == "allreduce"  # runs from before --collective
 
 
 def test_read_csv_rejects_other_files(tmp_path):

@@ -135,3 +135,65 @@ def test_row_of_a_point_the_algorithm_refuses_has_no_batches():
     p = Point(4 << 20, 1 << 20, "float32", "sum", "oneshot", None, "out")
     row = rowmaker.make_row(fake_sweep(Refusing("oneshot")), p, Outcome("inapplicable", "-", note="n/a"))
     assert row.status == "inapplicable" and row.batches_used is None
+
+
+def test_an_algorithm_without_any_asked_collective_is_an_error():
+    assert runner.check_collectives(("ring", "mpi"), False, ("allgather",), 1, "one node") == ()
+    with pytest.raises(command.BenchError, match="--algo hier: has no allgather"):
+        runner.check_collectives(("hier",), False, ("allgather",), 1, "one node")
+    # hier runs for allreduce only, ring for all three: neither is an error
+    assert runner.check_collectives(("hier", "ring"), False, ("allreduce", "allgather"), 1, "") == ()
+
+
+def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
+    where = "2 nodes of 2 ranks"
+    assert runner.check_collectives(None, True, ("allreduce",), 2, where) == (
+        "ring", "ring-events", "oneshot", "twoshot")
+    assert runner.check_collectives(None, False, ("reduce_scatter",), 2, where) == ("ring",)
+    assert runner.check_collectives(("mpi", "hier"), False, ("allreduce",), 2, where) == ()
+    with pytest.raises(command.BenchError) as err:
+        runner.check_collectives(("nccl", "oneshot"), True, ("allreduce",), 2, where)
+    text = str(err.value)
+    assert text.startswith("--algo oneshot: it runs only where every rank is on one node")
+    assert where in text and "choose from nccl, nccl-ring, hier, auto" in text
+    run, _ = runner._algorithms(None, gpu=False, collective="allgather", nodes=2)
+    assert run == ["mpi"]
+
+
+def test_sweep_runs_collective_after_collective():
+    opts = SimpleNamespace(batches=("auto",), placements=("out",), dtype="float32", op="sum",
+                           output_format="table")
+    sw = runner.Sweep(opts, SimpleNamespace(size=4), None, None, None, "host", ["mpi", "ring"],
+                      "mpi", [(1024, 256)], np.dtype(np.float32),
+                      algos_of={"allreduce": ["mpi"], "allgather": ["mpi", "ring"]},
+                      sizes_of={"allreduce": [(1024, 256)], "allgather": [(1024, 256), (4096, 1024)]})
+    runs = runner.runs_of(sw)
+    assert [(n, [(p.collective, p.algo) for p in pts]) for n, _, pts in runs] == [
+        (1024, [("allreduce", "mpi")]),
+        (1024, [("allgather", "mpi"), ("allgather", "ring")]),
+        (4096, [("allgather", "mpi"), ("allgather", "ring")])]
+    sw.opts.output_format = "nccl-tests"  # one table per (collective, algorithm)
+    assert [(n, [p.algo for p in pts]) for n, _, pts in runner.runs_of(sw)] == [
+        (1024, ["mpi"]), (1024, ["mpi"]), (4096, ["mpi"]), (1024, ["ring"]), (4096, ["ring"])]
+
+
+def test_row_of_a_reduce_scatter_point():
+    """size: the whole send buffer; count: one rank's block; busbw = algbw (n-1)/n; the speed-up
+    is against the baseline's row of the same collective."""
+    stats = Stats(mean=1e-3, std=0.0, min=1e-3, max=1e-3, median=1e-3)
+    sw = fake_sweep(Comm("ring"))
+    sw.rows = []
+    for algo, collective, t in (("nccl", "allreduce", 4.0), ("nccl", "reduce_scatter", 2.0),
+                                ("ring", "reduce_scatter", 1.0)):
+        p = Point(4 << 20, 1 << 20, "float32", "sum", algo, None, "out", collective)
+        st = Stats(*(v * t for v in stats.as_tuple()))
+        row = rowmaker.make_row(sw, p, Outcome("ok", "OK", stats=st, wrong=0))
+        row.speedup = rowmaker.speedup(sw, row)
+        sw.rows.append(row)
+    rs = sw.rows[-1]
+    assert (rs.collective, rs.size_bytes, rs.count) == ("reduce_scatter", 4 << 20, 1 << 18)
+    assert rs.busbw_gbs == pytest.approx(rs.algbw_gbs * 3 / 4)
+    assert sw.rows[0].busbw_gbs == pytest.approx(sw.rows[0].algbw_gbs * 6 / 4)
+    assert rs.speedup == pytest.approx(2.0)  # vs nccl's reduce_scatter, not its allreduce
+    lines = summary.summary_lines(sw.rows, "nccl")
+    assert lines[0].startswith("allreduce nccl out") and lines[2].startswith("reduce_scatter ring")

@@ -114,3 +114,14 @@ def test_combine_is_nccl_tests_averaging():
         combine([a], 4)
     with pytest.raises(ValueError):
         combine([], 1)
+
+
+@pytest.mark.parametrize(("n", "factor"), [(1, 0.0), (2, 0.5), (4, 0.75), (8, 0.875)])
+def test_bus_factor_of_reduce_scatter_and_allgather_is_nccl_tests(n, factor):
+    """nccl-tests' doc/PERFORMANCE.md: (n-1)/n for ReduceScatter and AllGather."""
+    for collective in ("reduce_scatter", "allgather"):
+        assert bus_factor(n, collective) == pytest.approx(factor)
+        assert busbw(1 << 20, 1e-3, n, collective) == pytest.approx(algbw(1 << 20, 1e-3) * factor)
+    assert bus_factor(n, "allreduce") == pytest.approx(2 * factor)
+    with pytest.raises(ValueError, match="unknown collective"):
+        bus_factor(n, "alltoall")

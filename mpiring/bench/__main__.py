@@ -72,11 +72,15 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     settings = {k: v for k, v in vars(sw.opts).items() if k != "argv"}
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(),
                             settings=settings, argv=list(opts.argv))
+    meta["benchmark"] = ",".join(sw.collectives)
+    if sw.left_out:
+        meta["left_out"] = list(sw.left_out)  # node-scoped rows: the communicator spans nodes
     if sw.overlap_line:
         meta["overlap"] = sw.overlap_line
     files = _open_files(opts, sw, meta, _stamp(world))
     sw.sink = files.add if files is not None else None
-    reporter.banner("mpiring allreduce benchmark", summary.banner_lines(sw, meta), sw.note)
+    reporter.banner(f"mpiring {', '.join(sw.collectives)} benchmark",
+                    summary.banner_lines(sw, meta), sw.note)
     started = time.perf_counter()
 
     def save(signal_name: str) -> None:  # the watcher thread, as soon as a signal arrives

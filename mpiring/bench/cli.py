@@ -25,6 +25,7 @@ from .argtypes import (
     positive_int,
     size_arg,
 )
+from .collectives import ALL, ALLREDUCE, NAMES
 from .nccl_names import OPS
 from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
 from .stats import AVERAGES, SLOWEST
@@ -37,7 +38,8 @@ DEFAULT_OUTPUT_DIR = "mpiring-results"
 FORMATS = ("table", "nccl-tests")
 
 DESCRIPTION = """\
-Allreduce benchmark of mpiring next to its baselines, in the manner of nccl-tests.
+Allreduce benchmark of mpiring next to its baselines, in the manner of nccl-tests; with
+--collective also Reduce_scatter_block and Allgather (see "collectives" below).
 
 With GPUs it times NCCL's allreduce ("nccl", the reference of the speed-ups), a ring of NCCL
 send/recv ("nccl-ring"), and mpiring's algorithms on CuPy arrays: the copy-engine ring
@@ -56,6 +58,17 @@ repeated --reps times; the table shows the median (and min/max/std) over repetit
 the slowest rank by default (-a). algbw = bytes / time, busbw = algbw * 2(n-1)/n, as in
 nccl-tests.
 
+--collective reduce_scatter / allgather measure Reduce_scatter_block / Allgather with the rows
+that implement them (GPU: nccl, i.e. ncclReduceScatter / ncclAllGather, ring, ring-events,
+auto; host: MPI's Reduce_scatter_block / Allgather as "mpi", and ring). As in nccl-tests, the
+size is the whole buffer (the send buffer of reduce_scatter, the receive buffer of allgather),
+each rank's block is size / n / itemsize elements (the count column), sizes are rounded down to
+whole blocks, and busbw = algbw * (n-1)/n.
+
+On a communicator that spans nodes (or MPIRING_VIRTUAL_NODES), rows that need every rank on
+one node (ring, ring-events, oneshot, twoshot) are left out of the default sweep (the banner
+names them), and asking for one with --algo is an error.
+
 --overlap gemm (GPUs) also measures, at every point, a large float16 matmul on its own stream
 running at the same time as the allreduce loop, and reports how much each slows the other
 down (see mpiring/bench/overlap.py for the method).
@@ -66,6 +79,7 @@ examples:
   mpiexec -n 4 python -m mpiring.bench
   mpiexec -n 4 python -m mpiring.bench -b 1M -e 1G --batches 1,2,4,8 --placement out,in
   srun -n 4 python -m mpiring.bench -d bfloat16 --algo ring,nccl --name h200
+  mpiexec -n 4 python -m mpiring.bench --collective reduce_scatter,allgather -b 1M -e 1G
   mpiexec -n 4 python -m mpiring.bench --overlap gemm -b 1M -e 1G -f 4
   mpiexec -n 4 mpiring-bench -b 8 -e 128M -f 2 -G 1 -a 1 --algo nccl --nccl-tests
   python -m mpiring.bench.plot {DEFAULT_OUTPUT_DIR}/allreduce_*.csv   # re-plot saved results
@@ -121,6 +135,7 @@ class Options:
     time_agreement: bool
     progress: str
     argv: tuple[str, ...]
+    collectives: tuple[str, ...] = (ALLREDUCE,)  # collectives.NAMES, in the order they run
     overlap: str | None = None  # "gemm": also measure the allreduce beside a matmul
     # "eager": Python calls back to back; "graph": k calls replayed from one CUDA graph
     # (nccl-tests' -G); "gpu": graph where the algorithm can be captured (the table says), eager otherwise.
@@ -162,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{','.join(default_sweep(True))}; host: "
                         f"{','.join(default_sweep(False))}); one that cannot reduce the run's "
                         "memory (nccl on the host) is an error. Was -a in earlier releases")
+    g.add_argument("--collective", type=choices_list(NAMES + (ALL,), "collective"),
+                   default=(ALLREDUCE,), metavar="LIST",
+                   help="comma list of collectives to measure, one after the other: allreduce "
+                        "(default), reduce_scatter (Reduce_scatter_block), allgather, or all; for "
+                        "the last two the size is the whole buffer (nccl-tests' meaning)")
     g.add_argument("--batches", type=batches_list, default=("auto",), metavar="LIST",
                    help="comma list of mini-batch counts for ring and nccl-ring, numbers "
                         "and/or 'auto' (default auto: mpiring picks by size); nccl and mpi "
@@ -239,8 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
                    help=f"where the CSV, JSON and PNG files go (default ./{DEFAULT_OUTPUT_DIR}/; "
                         "the repository's results/ only when asked: --output-dir results)")
-    g.add_argument("--name", default="allreduce", metavar="PREFIX",
-                   help="file name prefix (default allreduce)")
+    g.add_argument("--name", metavar="PREFIX",
+                   help="file name prefix (default: the collective, e.g. allreduce; "
+                        "'collectives' when several are measured)")
     g.add_argument("--no-plot", action="store_true",
                    help="write no PNG figures (and need no matplotlib)")
     g.add_argument("--nccl-tests", action="store_const", const="nccl-tests", default="table",
@@ -270,7 +291,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
             parser.error(f"{flag} must be at least 1 byte")
     if ns.minbytes is not None and ns.maxbytes is not None and ns.maxbytes < ns.minbytes:
         parser.error("-e/--maxbytes is below -b/--minbytes")
-    if not ns.name or "/" in ns.name:
+    collectives = NAMES if ALL in ns.collective else ns.collective
+    if ns.overlap and collectives != (ALLREDUCE,):
+        parser.error(f"--overlap {ns.overlap} measures the allreduce only: drop --collective "
+                     f"{','.join(collectives)} or --overlap")
+    name = ns.name if ns.name is not None else (
+        collectives[0] if len(collectives) == 1 else "collectives")
+    if not name or "/" in name:
         parser.error("--name must be a non-empty file name prefix without '/'")
     placements = ns.placement or (PLACEMENTS if ns.output_format == "nccl-tests" else ("out",))
     launches = ns.graph_launches or 0
@@ -279,9 +306,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
         stepbytes=ns.stepbytes, algos=ns.algo, batches=ns.batches, dtype=ns.dtype, op=ns.op,
         placements=placements, iters=ns.iters, warmup=ns.warmup, reps=ns.reps,
         time_budget=ns.time_budget, max_iters=ns.max_iters, check=ns.check, host=ns.host,
-        output_dir=ns.output_dir, name=ns.name, plot=not ns.no_plot, seed=ns.seed,
+        output_dir=ns.output_dir, name=name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
         argv=tuple(args_list), overlap=ns.overlap, gemm_size=ns.gemm_size,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
-        average=ns.average, output_format=ns.output_format,
+        average=ns.average, output_format=ns.output_format, collectives=collectives,
     )

@@ -1,4 +1,5 @@
-"""Measuring one benchmark point: correctness check first, then warm-up and timed loops.
+"""Measuring one benchmark point (allreduce, or a collective of :mod:`.collectives`):
+correctness check first, then warm-up and timed loops.
 
 Every stage ends in an agreement among ranks (one ``allgather`` of status and payload), so
 an exception on one rank becomes the same verdict on all ranks instead of a hang, and every
@@ -31,8 +32,7 @@ from ..errors import (
     RankMismatchError,
     UnavailableError,
 )
-from .arrays import Mismatch
-from .data import InputGenerator, pieces
+from .collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, SizeBuffers
 from .stats import SLOWEST, Stats, combine, iterations_for, summarize
 
 # Errors raised before any data moved: the communicator stays usable after them.
@@ -50,6 +50,7 @@ class Point:
     algo: str
     batches: int | str | None  # int, "auto", or None for algorithms without batches
     placement: str  # "out" or "in"
+    collective: str = ALLREDUCE  # or "reduce_scatter", "allgather" (collectives.NAMES)
 
     @property
     def batches_label(self) -> str:
@@ -155,58 +156,6 @@ def agree(world: Any, fn: Callable[[], Any], share: bool = False) -> Any:
     raise StageFailed(status, errors, rebuild)
 
 
-class SizeBuffers:
-    """The buffers of one message size: ``send`` holds this rank's input, ``recv`` the result.
-
-    With ``cache`` (host runs), this rank's input and the expected result are kept as int32
-    arrays, since regenerating them on a CPU costs more than the allreduce; on GPUs they are
-    regenerated piece by piece for each check, in a few device passes, using no extra memory.
-    """
-
-    def __init__(self, space: Any, gen: InputGenerator, count: int, rank: int, cache: bool):
-        self.space, self.gen, self.count, self.rank = space, gen, count, rank
-        self.send = space.empty(count, gen.dtype)
-        self.recv = space.empty(count, gen.dtype)
-        self._input: np.ndarray | None = None
-        self._expected: np.ndarray | None = None
-        if cache:
-            self._input = np.empty(count, np.int32)
-            self._expected = np.empty(count, np.int32)
-            for s, e in pieces(count):
-                self._input[s:e] = gen.values(rank, s, e)
-                self._expected[s:e] = gen.expected(s, e)
-        self.load_input()
-
-    def _own(self, s: int, e: int) -> Any:
-        return self._input[s:e] if self._input is not None else self.gen.values(self.rank, s, e)
-
-    def _want(self, s: int, e: int) -> Any:
-        return self._expected[s:e] if self._expected is not None else self.gen.expected(s, e)
-
-    def load_input(self) -> None:
-        for s, e in pieces(self.count):
-            self.space.store(self.send, s, self._own(s, e))
-        self.space.synchronize()
-
-    def _compare(self, buf: Any, want: Callable[[int, int], Any]) -> Mismatch | None:
-        first: Mismatch | None = None
-        total = 0
-        for s, e in pieces(self.count):
-            m = self.space.mismatches(buf, s, want(s, e))
-            if m is not None:
-                total += m.count
-                first = first or m
-        return None if first is None else Mismatch(total, first.index, first.got, first.expected)
-
-    def check_output(self) -> Mismatch | None:
-        """Compare every element of ``recv`` with the exact expected allreduce."""
-        return self._compare(self.recv, self._want)
-
-    def check_input(self) -> Mismatch | None:
-        """Compare every element of ``send`` with this rank's input (it must be unchanged)."""
-        return self._compare(self.send, self._own)
-
-
 class PointMeasurer:
     """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
 
@@ -226,12 +175,18 @@ class PointMeasurer:
 
     def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
         comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
-        send = self.in_place if point.placement == "in" else bufs.send
-        recv = bufs.recv
-
-        def call() -> None:
-            comm.Allreduce(send, recv, op, algorithm=algo, batches=nb)
-
+        in_place = point.placement == "in"
+        send = self.in_place if in_place else bufs.send
+        recv = bufs.recv_arg(in_place)
+        if point.collective == REDUCE_SCATTER:
+            def call() -> None:
+                comm.Reduce_scatter_block(send, recv, op, algorithm=algo, batches=nb)
+        elif point.collective == ALLGATHER:
+            def call() -> None:
+                comm.Allgather(send, recv, algorithm=algo, batches=nb)
+        else:
+            def call() -> None:
+                comm.Allreduce(send, recv, op, algorithm=algo, batches=nb)
         return call
 
     def _timed(self, call: Callable[[], None], k: int) -> float:
@@ -306,7 +261,7 @@ class PointMeasurer:
 
         def prepare() -> None:
             if point.placement == "in":
-                space.copy(bufs.recv, bufs.send)
+                bufs.prepare_in_place()
             else:
                 space.poison(bufs.recv)
             space.synchronize()

@@ -5,7 +5,7 @@ trailer. Formats follow nccl-tests' src/util.cu (writeResultHeader,
 writeBenchmarkLinePreamble, writeBenchmarkLineBody, writeResultFooter); every other line
 starts with ``#``, as there.
 
-One table per algorithm (and batches value), since nccl-tests measures one implementation per
+One table per collective, algorithm (and batches value), since nccl-tests measures one implementation per
 run; the sweep runs algorithm after algorithm in this mode so each table streams. Figures an
 mpiring row lacks print as ``N/A`` (a failed check is not timed; an n/a point has none).
 
@@ -67,8 +67,9 @@ def result_line(out_of_place: Row | None, in_place: Row | None) -> str:
     first = out_of_place or in_place
     if first is None:
         raise ValueError("a result line needs at least one row")
+    op = "none" if first.collective == "allgather" else first.op  # as all_gather_perf
     preamble = (f"{first.size_bytes:12d}  {first.count:12d}  {nccl_type(first.dtype):>8}  "
-                f"{first.op:>6}  {ROOT:6d}")
+                f"{op:>6}  {ROOT:6d}")
     return preamble + _body(out_of_place) + _body(in_place)
 
 
@@ -85,18 +86,20 @@ def footer_lines(rows: Sequence[Row]) -> list[str]:
 
 
 def block_title(row: Row) -> str:
-    """What a table measures: the algorithm and, where it has them, its batches."""
-    label = f"mpiring allreduce, algorithm {row.algo}"
+    """What a table measures: the collective, the algorithm and, where it has them, its
+    batches."""
+    label = f"mpiring {row.collective}, algorithm {row.algo}"
     return label + (f", batches {row.batches}" if row.batches != "-" else "")
 
 
 class NcclTestsTable:
-    """Rows in, nccl-tests' lines out: a table per (algorithm, batches), a line per size once
+    """Rows in, nccl-tests' lines out: a table per (collective, algorithm, batches), a line per
+    size once
     all of its placements are in (``placements`` in the sweep's order)."""
 
     def __init__(self, placements: Sequence[str]) -> None:
         self.placements = tuple(placements)
-        self._block: tuple[str, str] | None = None
+        self._block: tuple[str, str, str] | None = None
         self._block_rows: list[Row] = []
         self._pending: list[Row] = []
 
@@ -104,7 +107,7 @@ class NcclTestsTable:
         """The lines ``row`` completes: a new table's header, a finished table's trailer, a
         size's line."""
         lines: list[str] = []
-        key = (row.algo, row.batches)
+        key = (row.collective, row.algo, row.batches)
         if key != self._block:
             lines += self.close()
             self._block = key

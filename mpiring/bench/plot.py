@@ -8,6 +8,10 @@
   <prefix>_overlap.png  with --overlap gemm: the GEMM's slowdown and the allreduce's slowdown
                         vs size, one line per algorithm
 
+A run of several collectives (``--collective``) draws each in its own files; those of
+reduce_scatter and allgather end in ``_<collective>`` (``<prefix>_allgather.png``), unless
+the prefix already starts with the collective's name (the default ``--name``).
+
 Re-plot saved results: ``python -m mpiring.bench.plot results/run.csv [-o PREFIX]`` (the
 run's .json next to the CSV, if present, supplies the title).
 """
@@ -28,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from .algorithms import AUTO, default_sweep  # noqa: E402
+from .collectives import ALLREDUCE, MPI_NAMES, factor_text  # noqa: E402
 from .results import Row, read_csv_counted, read_json  # noqa: E402
 from .sizes import format_size  # noqa: E402
 from .stats import busbw  # noqa: E402
@@ -43,6 +48,7 @@ STYLES = {
     "auto": ("mpiring auto", "#d62728", "x"),
     "mpi": ("MPI.Allreduce", "#7f7f7f", "D"),
 }
+BASELINE_NAMES = {"nccl": "NCCL ", "mpi": "MPI."}  # + MPI's name of the collective
 _FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")
 ORDER = {a: i for i, a in enumerate(dict.fromkeys(default_sweep(True) + default_sweep(False)))}
 
@@ -84,8 +90,11 @@ def size_axis(ax: Any, sizes: list[int], max_ticks: int = 10) -> None:
     ax.set_xlabel("message size")
 
 
-def _label(algo: str, batches: str, placement: str, mode: str) -> str:
+def _label(algo: str, batches: str, placement: str, mode: str,
+           collective: str = ALLREDUCE) -> str:
     text = _style(algo)[0]
+    if collective != ALLREDUCE and algo in BASELINE_NAMES:  # not "NCCL allreduce"
+        text = f"{BASELINE_NAMES[algo]}{MPI_NAMES[collective]}"
     if mode == "best":
         text += " (best batches)"
     elif batches not in ("-", "auto"):
@@ -116,7 +125,7 @@ def main_series(rows: list[Row]) -> list[tuple[str, str, str, list[Row]]]:
                     best[r.size_bytes] = r
             chosen, mode, b = list(best.values()), "best", "-"
         chosen = sorted(chosen, key=lambda r: r.size_bytes)
-        out.append((_label(algo, b, place, mode), algo, place, chosen))
+        out.append((_label(algo, b, place, mode, rs[0].collective), algo, place, chosen))
     return out
 
 
@@ -125,7 +134,8 @@ def _title(fig: Any, rows: list[Row], meta: dict[str, Any], what: str,
     r0 = rows[0]
     where = ", ".join(meta.get("gpu_names") or []) or ("host memory" if any(
         r.algo == "mpi" for r in rows) else "")
-    head = f"{what}: allreduce {r0.dtype} {r0.op}, {r0.nranks} ranks"
+    op = "" if r0.collective == "allgather" else f" {r0.op}"
+    head = f"{what}: {r0.collective} {r0.dtype}{op}, {r0.nranks} ranks"
     if where:
         head += f" \u00b7 {where}"
     if meta.get("complete") is False:
@@ -161,8 +171,8 @@ def _times_label(x: float, _pos: Any = None) -> str:
 
 
 def _band(r: Row, nranks: int) -> tuple[float, float]:
-    lo = busbw(r.size_bytes, r.max_us * 1e-6, nranks) if r.max_us else math.nan
-    hi = busbw(r.size_bytes, r.min_us * 1e-6, nranks) if r.min_us else math.nan
+    lo = busbw(r.size_bytes, r.max_us * 1e-6, nranks, r.collective) if r.max_us else math.nan
+    hi = busbw(r.size_bytes, r.min_us * 1e-6, nranks, r.collective) if r.min_us else math.nan
     return lo, hi
 
 
@@ -198,10 +208,12 @@ def plot_main(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | None:
             axes[2].plot([p[0] for p in pts], [p[1] for p in pts], **style)
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     ax_bw.set_ylim(bottom=0)
-    ax_bw.set_title("bus bandwidth  (busbw = bytes/time \u00b7 2(n\u22121)/n)", fontsize=10)
+    coll = rows[0].collective
+    factor = factor_text(coll).replace("-", "\u2212")
+    ax_bw.set_title(f"bus bandwidth  (busbw = bytes/time \u00b7 {factor})", fontsize=10)
     ax_t.set_yscale("log")
     ax_t.yaxis.set_major_formatter(FuncFormatter(_time_label))
-    ax_t.set_ylabel("time per allreduce")
+    ax_t.set_ylabel(f"time per {coll}")
     ax_t.set_title("latency", fontsize=10)
     if speedups:
         ax_s = axes[2]
@@ -312,12 +324,25 @@ def plot_batches(rows: list[Row], meta: dict[str, Any], path: Path) -> Path | No
 
 
 def plot_results(rows: list[Row], meta: dict[str, Any], prefix: str | Path) -> list[Path]:
-    """Write the figures of ``rows`` next to ``prefix``; returns the files written."""
-    prefix = str(prefix)
-    written = [plot_main(rows, meta, Path(prefix + ".png")),
-               plot_batches(rows, meta, Path(prefix + "_batches.png")),
-               plot_overlap(rows, meta, Path(prefix + "_overlap.png"))]
+    """Write the figures of ``rows`` next to ``prefix``, each collective's apart; returns the
+    files written."""
+    written: list[Path | None] = []
+    for coll in dict.fromkeys(r.collective for r in rows):
+        part = [r for r in rows if r.collective == coll]
+        base = collective_prefix(prefix, coll)
+        written += [plot_main(part, meta, Path(base + ".png")),
+                    plot_batches(part, meta, Path(base + "_batches.png")),
+                    plot_overlap(part, meta, Path(base + "_overlap.png"))]
     return [p for p in written if p is not None]
+
+
+def collective_prefix(prefix: str | Path, collective: str) -> str:
+    """``prefix``, with ``_<collective>`` added for reduce_scatter and allgather unless the
+    file name already starts with it."""
+    prefix = str(prefix)
+    if collective == ALLREDUCE or Path(prefix).name.startswith(collective):
+        return prefix
+    return f"{prefix}_{collective}"
 
 
 def main(argv: list[str] | None = None) -> int:

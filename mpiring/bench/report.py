@@ -113,7 +113,7 @@ def columns(baseline: str, overlap: bool = False) -> list[Column]:
         ("size", 9, lambda r: format_size(r.size_bytes)),
         ("count", 11, lambda r: str(r.count)),
         ("type", 8, lambda r: r.dtype),
-        ("op", 4, lambda r: r.op),
+        ("op", 4, lambda r: "none" if r.collective == "allgather" else r.op),
         ("algo", 12, lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
         ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
                                  else f"auto:{r.batches_used}"),

@@ -14,7 +14,9 @@ from typing import Any
 
 @dataclass
 class Row:
-    """One benchmark point. Times are the slowest rank's per-iteration figures in
+    """One benchmark point of one collective (``size_bytes``: the whole buffer, as nccl-tests;
+    ``count``: nccl-tests' count, one rank's block for reduce_scatter and allgather; see
+    :mod:`mpiring.bench.collectives`). Times are the slowest rank's per-iteration figures in
     microseconds over the timed repetitions; bandwidths in GB/s (1e9 bytes/s), computed
     from the median time; ``speedup`` = baseline median time / this median time.
 
@@ -34,6 +36,7 @@ class Row:
     nranks: int
     status: str  # ok, fail, error, unavailable, inapplicable (shown n/a), skipped
     check: str  # OK, FAIL, off, -
+    collective: str = "allreduce"  # or reduce_scatter, allgather (size: the whole buffer)
     wrong: int | None = None  # wrong elements over all ranks (nccl-tests' #wrong); None: unchecked
     time_us: float | None = None  # median
     mean_us: float | None = None

@@ -11,19 +11,22 @@ from typing import Any
 
 from ..errors import MpiringError
 from .algorithms import AUTO
+from .collectives import ALLREDUCE, kind, reported_count
 from .measure import Outcome, Point
 from .results import Row
 from .stats import algbw, busbw
 
 
-def resolved_pick(comm: Any, count: int, dtype: Any) -> str:
-    """The algorithm ``auto`` runs for ``count`` elements, where the communicator can say
-    (``Communicator.resolve``); "?" if asking failed."""
+def resolved_pick(comm: Any, count: int, dtype: Any, collective: str = ALLREDUCE) -> str:
+    """The algorithm ``auto`` runs for ``count`` elements (the whole buffer), where the
+    communicator can say (``Communicator.resolve``); "?" if asking failed."""
     resolve = getattr(comm, "resolve", None)
     if resolve is None:
         return ""
     try:
-        return str(resolve(count, dtype, algorithm=AUTO))
+        if collective == ALLREDUCE:
+            return str(resolve(count, dtype, algorithm=AUTO))
+        return str(resolve(count, dtype, algorithm=AUTO, collective=kind(collective)))
     except (MpiringError, ValueError, TypeError):
         return "?"
 
@@ -31,8 +34,12 @@ def resolved_pick(comm: Any, count: int, dtype: Any) -> str:
 def batches_used(sw: Any, p: Point) -> int | None:
     """The mini-batches the point's calls ran with; None where the algorithm has none, or
     refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
+    algo = p.algo
     try:
-        return sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=p.algo,
+        if p.collective != ALLREDUCE and algo == AUTO:  # auto's pick for this collective
+            algo = sw.comm.resolve(p.count, sw.dtype, algorithm=AUTO, gpu=sw.mode == "gpu",
+                                   collective=kind(p.collective))
+        return sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algo,
                                    batches=p.call_batches)
     except MpiringError:
         return None
@@ -40,12 +47,13 @@ def batches_used(sw: Any, p: Point) -> int | None:
 
 def make_row(sw: Any, p: Point, out: Outcome) -> Row:
     """The row of point ``p`` from its agreed outcome (the same on every rank)."""
-    row = Row(size_bytes=p.nbytes, count=p.count, dtype=p.dtype, op=p.op, algo=p.algo,
-              batches=p.batches_label, placement=p.placement, nranks=sw.world.size,
-              status=out.status, check=out.check, wrong=out.wrong, note=out.note,
-              baseline=sw.baseline, batches_used=batches_used(sw, p))
+    n = sw.world.size
+    row = Row(size_bytes=p.nbytes, count=reported_count(p.collective, p.count, n), dtype=p.dtype,
+              op=p.op, algo=p.algo, batches=p.batches_label, placement=p.placement, nranks=n,
+              status=out.status, check=out.check, collective=p.collective, wrong=out.wrong,
+              note=out.note, baseline=sw.baseline, batches_used=batches_used(sw, p))
     if p.algo == AUTO:
-        row.resolved = resolved_pick(sw.comm, p.count, sw.dtype)
+        row.resolved = resolved_pick(sw.comm, p.count, sw.dtype, p.collective)
     ov = out.overlap
     if ov is not None:
         us = {k: None if v is None else v * 1e6 for k, v in (
@@ -61,20 +69,21 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
         row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6
         row.min_us, row.max_us, row.std_us = s.min * 1e6, s.max * 1e6, s.std * 1e6
         row.algbw_gbs = algbw(p.nbytes, s.median)
-        row.busbw_gbs = busbw(p.nbytes, s.median, sw.world.size)
+        row.busbw_gbs = busbw(p.nbytes, s.median, n, p.collective)
         row.iters, row.warmup, row.reps = out.iters, out.warmup, out.reps
         row.slowest_rank = out.slowest_rank
     return row
 
 
 def speedup(sw: Any, row: Row) -> float | None:
-    """Baseline median time / this median time, at the same size and placement (the baseline
-    runs first at every size)."""
+    """Baseline median time / this median time, at the same collective, size and placement
+    (the baseline runs first at every size)."""
     if not row.timed or row.time_us is None or not sw.baseline:
         return None
     for r in reversed(sw.rows):
         if (r.algo == sw.baseline and r.size_bytes == row.size_bytes
-                and r.placement == row.placement and r.timed and r.time_us is not None):
+                and r.placement == row.placement and r.collective == row.collective
+                and r.timed and r.time_us is not None):
             return float(r.time_us / row.time_us)
     return 1.0 if row.algo == sw.baseline else None
 

@@ -17,9 +17,10 @@ from mpi4py import MPI
 from rich.text import Text
 
 from ..communicator import Communicator
-from .algorithms import default_sweep, is_batched, reference, runnable
+from .algorithms import default_sweep, implements, is_batched, node_only, reference, runnable
 from .arrays import make_space
 from .cli import Options
+from .collectives import ALLREDUCE, MPI_NAMES, element_counts
 from .command import BenchError, exit_status
 from .data import InputGenerator, point_seed, resolve_dtype
 from .measure import (
@@ -35,7 +36,7 @@ from .mode import ModeError, check_algorithms, choose
 from .report import Reporter
 from .results import Row
 from .rowmaker import make_row, reason, speedup
-from .sizes import element_counts, format_size, sweep
+from .sizes import format_size, sweep
 from .summary import in_graph
 
 __all__ = ["BenchError", "Sweep", "exit_status", "run_sweep", "setup"]
@@ -66,6 +67,12 @@ class Sweep:
     unavailable: dict[str, str] = field(default_factory=dict)  # algorithm -> why (found running)
     inapplicable: set[str] = field(default_factory=set)  # algorithms already noted n/a
     sink: Callable[[Row], None] | None = None  # called with every row as it is made
+    # Per collective (--collective, in order): its algorithms and its (bytes, count) sizes;
+    # ``algos`` and ``sizes`` above are their union and the first collective's sizes.
+    algos_of: dict[str, list[str]] = field(default_factory=dict)
+    sizes_of: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    left_out: tuple[str, ...] = ()  # node-scoped rows left out: the communicator spans nodes
+    nodes: int = 1  # nodes the communicator spans
 
     @property
     def rank(self) -> int:
@@ -77,20 +84,52 @@ class Sweep:
         if self.sink is not None:
             self.sink(row)
 
-    def points_of(self, nbytes: int, count: int) -> list[Point]:
+    @property
+    def collectives(self) -> list[str]:
+        return list(self.algos_of) or [ALLREDUCE]
+
+    def points_of(self, nbytes: int, count: int, collective: str = ALLREDUCE) -> list[Point]:
         pts = []
-        for algo in self.algos:
+        for algo in self.algos_of.get(collective, self.algos):
             for b in (self.opts.batches if is_batched(algo) else (None,)):
                 for place in self.opts.placements:
                     pts.append(Point(nbytes, count, self.opts.dtype, self.opts.op, algo, b,
-                                     place))
+                                     place, collective))
         return pts
 
 
-def _algorithms(wanted: Sequence[str] | None, gpu: bool) -> tuple[list[str], str]:
-    """(algorithms to run in the mode's order, baseline first; the baseline's name)."""
-    wanted = list(wanted) if wanted else list(default_sweep(gpu))
-    return [a for a in runnable(gpu) if a in wanted], reference(gpu)
+def _algorithms(wanted: Sequence[str] | None, gpu: bool, collective: str = ALLREDUCE,
+                nodes: int = 1) -> tuple[list[str], str]:
+    """(algorithms of ``collective`` to run in the mode's order, baseline first; the baseline's
+    name), on a communicator over ``nodes`` nodes."""
+    wanted = list(wanted) if wanted else list(default_sweep(gpu, collective, nodes))
+    return ([a for a in runnable(gpu, collective, nodes) if a in wanted],
+            reference(gpu, collective))
+
+
+def check_collectives(wanted: Sequence[str] | None, gpu: bool, collectives: Sequence[str],
+                      nodes: int, where: str) -> tuple[str, ...]:
+    """Raise :class:`BenchError` (alike on every rank) for an ``--algo`` that implements none
+    of ``collectives``, or that needs every rank on one node while the communicator spans
+    ``nodes`` (``where`` describes them); returns the node-scoped rows the default sweep
+    leaves out (none on one node)."""
+    for algo in wanted or ():
+        if not any(implements(algo, c) for c in collectives):
+            raise BenchError(f"--algo {algo}: has no {' or '.join(collectives)}; for "
+                             f"{', '.join(collectives)} choose from "
+                             + ", ".join(dict.fromkeys(a for c in collectives
+                                                       for a in runnable(gpu, c))))
+    if nodes == 1:
+        return ()
+    scoped = tuple(dict.fromkeys(a for c in collectives for a in node_only(gpu, c)))
+    asked = [a for a in wanted or () if a in scoped]
+    if asked:
+        choices = dict.fromkeys(a for c in collectives for a in runnable(gpu, c, nodes))
+        raise BenchError(f"--algo {','.join(asked)}: {'it runs' if len(asked) == 1 else 'they run'}"
+                         f" only where every rank is on one node (node memory: CUDA IPC, shared "
+                         f"memory), and this communicator spans {where}; choose from "
+                         f"{', '.join(choices)}")
+    return () if wanted else scoped
 
 
 def setup(opts: Options, world: Any, reporter: Reporter,
@@ -101,7 +140,8 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     try:
         mode = choose(opts.memory, world)
         wanted = algos_for(mode.gpu) if algos_for else opts.algos
-        check_algorithms(wanted, mode.gpu, runnable(mode.gpu), mode.reason)
+        check_algorithms(wanted, mode.gpu, tuple(dict.fromkeys(
+            a for c in opts.collectives for a in runnable(mode.gpu, c))), mode.reason)
     except ModeError as err:
         raise BenchError(str(err)) from err
     gpu = mode.gpu
@@ -118,9 +158,14 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     try:
         dtype = resolve_dtype(opts.dtype)
         lo, hi = opts.size_range(gpu)
-        sizes = element_counts(sweep(lo, hi, opts.stepfactor, opts.stepbytes), dtype.itemsize)
-        if not sizes:
-            raise ValueError(f"no size between {lo} and {hi} bytes holds one {opts.dtype}")
+        steps = sweep(lo, hi, opts.stepfactor, opts.stepbytes)
+        sizes_of = {c: element_counts(steps, dtype.itemsize, world.size, c)
+                    for c in opts.collectives}
+        for c, sizes in sizes_of.items():
+            if not sizes:
+                per = "" if c == ALLREDUCE else f" per rank ({world.size} ranks, {c})"
+                raise ValueError(f"no size between {lo} and {hi} bytes holds one "
+                                 f"{opts.dtype}{per}")
     except ValueError as err:
         raise BenchError(str(err)) from err
     try:
@@ -133,14 +178,30 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     except StageFailed as err:
         comm.close()
         raise BenchError("cannot set up the benchmark buffers: " + "; ".join(err.errors)) from err
-    algos, baseline = _algorithms(wanted, gpu)
+    topo = comm.topology
+    try:
+        left_out = check_collectives(wanted, gpu, opts.collectives, topo.nodes, topo.describe())
+    except BenchError:
+        comm.close()
+        raise
+    algos_of = {c: _algorithms(wanted, gpu, c, topo.nodes)[0] for c in opts.collectives}
+    algos = list(dict.fromkeys(a for c in opts.collectives for a in algos_of[c]))
+    baseline = reference(gpu)
     baseline = baseline if baseline in algos else ""
     reporter.set_baseline(baseline, overlap=bool(opts.overlap), placements=opts.placements)
     sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
-               sizes, dtype, note=mode.note)
+               sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
+               algos_of=algos_of,
+               sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes)
     if opts.overlap:
         _set_up_overlap(sw)
     return sw
+
+
+def _note(note: str, collectives: Sequence[str]) -> str:
+    """The banner's host-run sentence, naming MPI's collectives this run compares with."""
+    mpi = ", ".join(f"MPI.{MPI_NAMES[c]}" for c in collectives)
+    return note.replace("MPI.Allreduce", mpi)
 
 
 def _set_up_overlap(sw: Sweep) -> None:
@@ -192,15 +253,21 @@ def _rebuild(sw: Sweep) -> None:
 
 
 def runs_of(sw: Sweep) -> list[tuple[int, int, list[Point]]]:
-    """The sweep's order: ``(bytes, count, points)`` per size, every algorithm at each size;
-    for nccl-tests' output, one algorithm (and batches value) through every size, then the
-    next, so that each of its tables streams line by line."""
-    per_size = [(nbytes, count, sw.points_of(nbytes, count)) for nbytes, count in sw.sizes]
-    if sw.opts.output_format != "nccl-tests":
-        return per_size
-    groups = list(dict.fromkeys((p.algo, p.batches) for _, _, pts in per_size for p in pts))
-    return [(nbytes, count, [p for p in pts if (p.algo, p.batches) == group])
-            for group in groups for nbytes, count, pts in per_size]
+    """The sweep's order: collective after collective; in each, ``(bytes, count, points)`` per
+    size, every algorithm at each size; for nccl-tests' output, one algorithm (and batches
+    value) through every size, then the next, so that each of its tables streams line by
+    line."""
+    out = []
+    for c in sw.collectives:
+        per_size = [(nbytes, count, sw.points_of(nbytes, count, c))
+                    for nbytes, count in sw.sizes_of.get(c, sw.sizes)]
+        if sw.opts.output_format != "nccl-tests":
+            out += per_size
+            continue
+        groups = list(dict.fromkeys((p.algo, p.batches) for _, _, pts in per_size for p in pts))
+        out += [(nbytes, count, [p for p in pts if (p.algo, p.batches) == group])
+                for group in groups for nbytes, count, pts in per_size]
+    return out
 
 
 def run_sweep(sw: Sweep) -> list[Row]:
@@ -210,7 +277,12 @@ def run_sweep(sw: Sweep) -> list[Row]:
                           iters=opts.iters, warmup=opts.warmup, average=opts.average)
     runs = runs_of(sw)
     rep.start(sum(len(points) for _, _, points in runs))
+    current = ALLREDUCE
     for nbytes, count, points in runs:
+        if points and points[0].collective != current and opts.output_format != "nccl-tests":
+            current = points[0].collective
+            rep.note(f"{current}: size = the whole buffer, count = elements per rank",
+                     style="bold")
         rep.working_on(f"{format_size(nbytes)}")
         live = [p for p in points if p.algo not in sw.unavailable]
         for p in points:
@@ -238,9 +310,11 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
     opts, rep, space = sw.opts, sw.reporter, sw.space
     seed = point_seed(opts.seed, nbytes, opts.dtype, opts.op)
     gen = InputGenerator(space.xp, opts.op, sw.dtype, sw.world.size, seed)
+    collective = points[0].collective
     try:
         bufs = agree(sw.world, lambda: SizeBuffers(space, gen, count, sw.rank,
-                                                   cache=sw.mode == "host"))
+                                                   cache=sw.mode == "host",
+                                                   collective=collective))
     except StageFailed as err:
         why = f"could not allocate or fill buffers: {err.errors[0]}"
         rep.note(f"{format_size(nbytes)}: skipped, {why}")

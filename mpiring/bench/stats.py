@@ -6,6 +6,7 @@ MPI here).
 Definitions (nccl-tests, doc/PERFORMANCE.md):
   algbw = bytes / time                       (GB/s, 1 GB = 1e9 bytes)
   busbw = algbw * 2 (n - 1) / n              (allreduce over n ranks)
+  busbw = algbw * (n - 1) / n                (reduce_scatter, allgather; bytes: the whole buffer)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 STAT_FIELDS = ("mean", "std", "min", "max", "median")
 # nccl-tests' -a: how the ranks' times make the reported time
 RANK0, AVERAGE, FASTEST, SLOWEST = 0, 1, 2, 3
+BUS_FACTORS = {"allreduce": 2.0, "reduce_scatter": 1.0, "allgather": 1.0}  # times (n - 1) / n
 AVERAGES = {RANK0: "rank 0", AVERAGE: "average", FASTEST: "minimum", SLOWEST: "maximum"}
 
 
@@ -90,11 +92,14 @@ def combine(per_rank: list[Stats], average: int = SLOWEST) -> tuple[Stats, int]:
     return Stats(*(pick([getattr(s, name) for s in per_rank]) for name in STAT_FIELDS)), worst
 
 
-def bus_factor(nranks: int) -> float:
-    """nccl-tests' allreduce bus-bandwidth factor ``2 (n - 1) / n``."""
+def bus_factor(nranks: int, collective: str = "allreduce") -> float:
+    """nccl-tests' bus-bandwidth factor: ``2 (n - 1) / n`` for allreduce, ``(n - 1) / n`` for
+    reduce_scatter and allgather."""
     if nranks < 1:
         raise ValueError(f"rank count must be positive, got {nranks}")
-    return 2.0 * (nranks - 1) / nranks
+    if collective not in BUS_FACTORS:
+        raise ValueError(f"unknown collective {collective!r}: choose from {', '.join(BUS_FACTORS)}")
+    return BUS_FACTORS[collective] * (nranks - 1) / nranks
 
 
 def algbw(nbytes: int, seconds: float) -> float:
@@ -104,9 +109,9 @@ def algbw(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
 
-def busbw(nbytes: int, seconds: float, nranks: int) -> float:
+def busbw(nbytes: int, seconds: float, nranks: int, collective: str = "allreduce") -> float:
     """Bus bandwidth in GB/s: algbw times :func:`bus_factor`."""
-    return algbw(nbytes, seconds) * bus_factor(nranks)
+    return algbw(nbytes, seconds) * bus_factor(nranks, collective)
 
 
 def iterations_for(budget_s: float, per_iter_s: float, reps: int, max_iters: int) -> int:

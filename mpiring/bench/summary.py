@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import algorithms
 from .algorithms import AUTO, is_batched
 from .cli import Options
+from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
 from .metadata import rank_lines
 from .nccl_names import nccl_type
@@ -49,9 +50,11 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
     lines += [
         ("mpi", f"{meta.get('mpi_library')} (mpi4py {meta.get('mpi4py')})"),
         ("sizes", f"{format_size(lo)} .. {format_size(hi)} {step} ({len(sw.sizes)} sizes)"),
+        *(("collective", size_line(c)) for c in sw.collectives),
         ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
         ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
                                               if sw.baseline else "")),
+        *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
@@ -64,6 +67,13 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
                                  "time alone (mpiring/bench/overlap.py)"))
     return lines
+
+
+def _left_out_line(sw: Sweep) -> str:
+    """Why node-scoped rows are not in the default sweep (the communicator spans nodes)."""
+    verb = "it needs" if len(sw.left_out) == 1 else "they need"
+    return (f"{', '.join(sw.left_out)} (not in the default sweep: {verb} every rank on one node, "
+            f"and this communicator spans {sw.nodes} nodes)")
 
 
 def in_graph(opts: Options, algo: str) -> bool:
@@ -100,9 +110,11 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
     """Per algorithm: points, failures, average and peak bus bandwidth (nccl-tests' 'Avg bus
     bandwidth'), the largest speed-up over the baseline, and with --overlap the slowdowns."""
     lines = []
-    keys = list(dict.fromkeys((r.algo, r.batches, r.placement) for r in rows))
-    for algo, batches, place in keys:
-        group = [r for r in rows if (r.algo, r.batches, r.placement) == (algo, batches, place)]
+    keys = list(dict.fromkeys((r.collective, r.algo, r.batches, r.placement) for r in rows))
+    several = len({r.collective for r in rows}) > 1
+    for coll, algo, batches, place in keys:
+        group = [r for r in rows
+                 if (r.collective, r.algo, r.batches, r.placement) == (coll, algo, batches, place)]
         timed = [r for r in group if r.timed]
         fails = sum(r.status == "fail" for r in group)
         errors = sum(r.status == "error" for r in group)
@@ -110,6 +122,8 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
         if not timed and not fails and not errors and not na:
             continue
         label = f"{algo}" + (f" batches={batches}" if batches != "-" else "") + f" {place}"
+        if several or coll != ALLREDUCE:
+            label = f"{coll} {label}"
         parts = [f"{len(timed)}/{len(group)} timed"]
         if timed:
             bws = [r.busbw_gbs for r in timed if r.busbw_gbs is not None]
