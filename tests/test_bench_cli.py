@@ -51,7 +51,7 @@ def test_types_by_nccl_tests_or_numpy_name(text, numpy_name):
     (["-d", "f8e4m3"], "nccl-tests type that mpiring does not reduce"),
     (["-d", "all"], "one type per run"),
     (["-d", "complex64"], "unknown type"),
-    (["-o", "avg"], "not an mpiring op yet"),
+    (["-o", "avg"], "the bench does not time avg"),
     (["-o", "mulsum"], "not an mpiring op"),
     (["-o", "all"], "one op per run"),
     (["-a", "ring,nccl"], "the algorithms are --algo"),

@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "int32, int64")
     g.add_argument("-o", "--op", type=op_arg, default="sum", metavar="OP",
                    help=f"reduction: {', '.join(OPS)} (default sum); nccl-tests' avg is refused "
-                        "with an explanation (mpiring has no avg yet)")
+                        "with an explanation (the API's op='avg' is the sum plus one division pass)")
     g.add_argument("--placement", type=choices_list(PLACEMENTS, "placement"), metavar="LIST",
                    help="out (separate send and receive buffers), in (MPI.IN_PLACE), or out,in "
                         "for both (default out; out,in with --nccl-tests)")

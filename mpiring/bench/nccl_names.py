@@ -20,8 +20,8 @@ NUMPY_TO_NCCL = {"float16": "half", "float32": "float", "float64": "double",
 NCCL_ONLY_TYPES = ("int8", "uint8", "uint32", "uint64", "char", "f8e4m3", "f8e5m2")
 OPS = ("sum", "prod", "max", "min")
 NCCL_ONLY_OPS = {
-    "avg": "nccl-tests' avg (ncclAvg: the sum divided by the rank count) is not an mpiring op "
-           "yet; run -o sum and divide by the rank count",
+    "avg": "the bench does not time avg (the API has it: op='avg', the sum and then one division "
+           "pass, or ncclAvg on nccl); run -o sum: avg costs the sum plus that pass",
     "mulsum": "nccl-tests' mulsum (ncclRedOpCreatePreMulSum) is not an mpiring op",
 }
 _ALL = "mpiring.bench runs one {what} per run: loop over {choices} in the shell"
