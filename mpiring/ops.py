@@ -15,6 +15,7 @@ uses; MPI has none) is the sum divided by the number of ranks, for floating-poin
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,10 +106,11 @@ DTYPE_BY_CODE: dict[int, DType] = {row.code: row for row in DTYPES.values()}
 _OP_NAMES = {row.name: row.op for row in OPS.values()}
 
 
-def _mpi_ops() -> list[tuple[Any, Op]]:
+@functools.cache
+def _mpi_ops() -> tuple[tuple[Any, Op], ...]:
     from mpi4py import MPI
 
-    return [(getattr(MPI, row.mpi), row.op) for row in OPS.values() if row.mpi is not None]
+    return tuple((getattr(MPI, row.mpi), row.op) for row in OPS.values() if row.mpi is not None)
 
 
 def normalize_op(op: Any) -> Op:
@@ -122,7 +124,11 @@ def normalize_op(op: Any) -> Op:
             raise InvalidArgumentError(
                 f"unsupported op {op!r}: use one of {sorted(_OP_NAMES)} or MPI.SUM/PROD/MAX/MIN"
             ) from None
-    for mpi_op, ours in _mpi_ops():  # mpi4py's Op objects compare equal but do not hash
+    pairs = _mpi_ops()
+    for mpi_op, ours in pairs:  # hot path: the caller passes MPI.SUM itself (identity)
+        if op is mpi_op:
+            return ours
+    for mpi_op, ours in pairs:  # mpi4py's Op objects compare equal but do not hash
         if op == mpi_op:
             return ours
     raise InvalidArgumentError(

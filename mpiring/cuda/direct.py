@@ -77,13 +77,13 @@ class DirectKernels:
         rt = cupy.cuda.runtime
         rt.memcpy(self._ctl_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
         rt.deviceSynchronize()  # set-up only: the table has landed before any stream reads it
-        self._functions: dict[tuple[str, str, Op], object] = {}
+        self._functions: dict[tuple[str, np.dtype, Op], object] = {}
 
     def _function(self, kind: str, dtype: np.dtype, op: Op):
-        key = (kind, dtype.name, op)
+        key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)
         if fn is None:
-            fn = _module().get_function(sources.kernel_name(kind, dtype.name, op))
+            fn = _module().get_function(sources.kernel_name(kind, np.dtype(dtype).name, op))
             self._functions[key] = fn
         return fn
 

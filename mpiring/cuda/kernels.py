@@ -45,16 +45,16 @@ class FoldKernel:
         sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
         self.max_blocks = max_blocks or 4 * sms
         self._guard = (np.uint64(abort), np.uint64(status))
-        self._functions: dict[tuple[str, Op], object] = {}
+        self._functions: dict[tuple[np.dtype, Op], object] = {}
         self._copies: dict[int, object] = {}
         self._averages: dict[str, object] = {}
 
     def function(self, dtype: np.dtype, op: Op):
         """The compiled kernel for ``dtype`` and ``op`` (compiled on first use, then cached)."""
-        key = (np.dtype(dtype).name, op)
+        key = (dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)
         if fn is None:
-            fn = _module().get_function(sources.kernel_name("fold", key[0], op))
+            fn = _module().get_function(sources.kernel_name("fold", np.dtype(dtype).name, op))
             self._functions[key] = fn
         return fn
 
