@@ -132,9 +132,22 @@ def normalize_op(op: Any) -> Op:
         if op == mpi_op:
             return ours
     raise InvalidArgumentError(
-        f"unsupported op {op!r}: mpiring reduces with MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN or "
-        "'avg'"
+        f"unsupported op {_describe_op(op)}: mpiring reduces with MPI.SUM, MPI.PROD, MPI.MAX, "
+        "MPI.MIN or 'avg'"
     )
+
+
+def _describe_op(op: Any) -> str:
+    """``MPI.BAND`` for mpi4py's predefined ops (their repr is an address), else the repr."""
+    from mpi4py import MPI
+
+    if not isinstance(op, MPI.Op):
+        return repr(op)
+    for name in dir(MPI):
+        value = getattr(MPI, name)
+        if isinstance(value, MPI.Op) and value == op:
+            return f"MPI.{name}"
+    return "a user-defined MPI.Op"
 
 
 def check_op_dtype(op: Op, dtype: np.dtype) -> None:

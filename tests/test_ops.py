@@ -61,8 +61,26 @@ def test_normalize_op_rejects_strings(name: str) -> None:
 def test_normalize_op_rejects_others(bad: object) -> None:
     """Other MPI ops and other objects are refused, naming the supported ops."""
     listed = "unsupported op .*MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN or 'avg'"
-    with pytest.raises(InvalidArgumentError, match=listed):
+    with pytest.raises(InvalidArgumentError, match=listed) as caught:
         normalize_op(bad)
+    if isinstance(bad, MPI.Op):  # named, not mpi4py's repr (an address)
+        assert " at 0x" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("op", "name"), [(MPI.BAND, "MPI.BAND"), (MPI.MAXLOC, "MPI.MAXLOC"),
+                                          (MPI.REPLACE, "MPI.REPLACE")])
+def test_a_refused_mpi_op_is_named(op: object, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"unsupported op {name}: "):
+        normalize_op(op)
+
+
+def test_a_user_defined_op_is_called_so() -> None:
+    mine = MPI.Op.Create(lambda a, b, t: None, commute=True)
+    try:
+        with pytest.raises(InvalidArgumentError, match="unsupported op a user-defined MPI.Op: "):
+            normalize_op(mine)
+    finally:
+        mine.Free()
 
 
 def test_op_codes_and_ufuncs() -> None:
