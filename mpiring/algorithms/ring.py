@@ -41,6 +41,6 @@ ROW = Algorithm(
     "ring", 1, BOTH, run,
     summary="the double-buffered asynchronous ring on copy engines (AsyncAllReduce); GPU-signalled "
             "(stream memory operations on flags)",
-    best_for="large messages, and overlap with compute",
+    best_for="large messages (beside compute its folds wait for SMs: see Results)",
     batches=batches, auto=True, reduce_scatter=reduce_scatter, allgather=allgather,
 )
