@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -30,6 +31,7 @@ from .control import ControlBoard
 from .dispatch import Dispatcher
 from .errors import (
     CommunicatorClosedError,
+    ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
     MpiringTimeoutError,
@@ -80,6 +82,9 @@ class Communicator:
                  timeout: float | None = None, inter: str = "auto") -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
+        # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
+        # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
+        self._lock = threading.Lock()
         base = MPI.COMM_WORLD if comm is None else comm
         opts = Options.resolve(algorithm, batches, check, timeout)
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
@@ -180,14 +185,26 @@ class Communicator:
         within the timeout, or an abort by a peer) is raised here, or by the next call. Host
         calls complete before they return: then this only checks for failures.
         """
-        self._usable()
-        if self._gpu is not None:
-            try:
-                self._gpu.synchronize()
-            except MpiringError as err:
-                self._fail(err)
-                raise
-        self._usable()
+        if not self._lock.acquire(False):
+            raise self._busy("synchronize()")
+        try:
+            self._usable()
+            if self._gpu is not None:
+                try:
+                    self._gpu.synchronize()
+                except MpiringError as err:
+                    self._fail(err)
+                    raise
+            self._usable()
+        finally:
+            self._lock.release()
+
+    def _busy(self, what: str) -> ConcurrentCallError:
+        return ConcurrentCallError(
+            f"rank {getattr(self, 'rank', '?')}: {what} was called while another call on this "
+            "communicator is in progress (in another thread): MPI forbids concurrent calls on one "
+            "communicator; use one communicator per thread, or serialize the calls"
+        )
 
     @property
     def closed(self) -> bool:
@@ -232,6 +249,15 @@ class Communicator:
 
     def _collective(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
                     algorithm: str | None, batches: int | None) -> None:
+        if not self._lock.acquire(False):
+            raise self._busy(collective.label)
+        try:
+            self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+        finally:
+            self._lock.release()
+
+    def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
+             algorithm: str | None, batches: int | None) -> None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
@@ -264,15 +290,20 @@ class Communicator:
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
                   batches: int | None = None) -> Any:
         """Return a new array holding the reduction of ``x`` over all ranks (like ``comm.allreduce``)."""
-        self._usable()
+        if not self._lock.acquire(False):
+            raise self._busy("allreduce")
         try:
-            out = empty_like(x)
-        except Exception:
-            if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
-                self._agree(True, dict.fromkeys(FIELDS, 0))
-            raise
-        self.Allreduce(x, out, op, algorithm=algorithm, batches=batches)
-        return out
+            self._usable()
+            try:
+                out = empty_like(x)
+            except Exception:
+                if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
+                    self._agree(True, dict.fromkeys(FIELDS, 0))
+                raise
+            self._run(Collective.ALLREDUCE, x, out, op, algorithm, batches)
+            return out
+        finally:
+            self._lock.release()
 
     # -- which algorithm -----------------------------------------------------------------
 
@@ -307,8 +338,13 @@ class Communicator:
         """
         if self._closed:
             return
-        self._closed = True
-        self._release()
+        if not self._lock.acquire(False):
+            raise self._busy("close()")
+        try:
+            self._closed = True
+            self._release()
+        finally:
+            self._lock.release()
 
     def _release(self, peers_failed_too: bool = False) -> None:
         """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
