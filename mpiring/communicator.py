@@ -27,6 +27,7 @@ from .algorithms import auto as auto_table
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
+from .consensus import REJECTED
 from .control import ControlBoard
 from .dispatch import Dispatcher
 from .errors import (
@@ -40,7 +41,7 @@ from .errors import (
     UnavailableError,
 )
 from .groups import Groups, make_groups
-from .options import DEFAULT_HOST_SLOT_BYTES, Options, empty_like
+from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_comm, empty_like
 from .topology import Topology
 from .transports.host import slot_bytes_for
 
@@ -86,12 +87,18 @@ class Communicator:
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
         base = MPI.COMM_WORLD if comm is None else comm
-        opts = Options.resolve(algorithm, batches, check, timeout)
+        check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
+        rejected: InvalidArgumentError | None = None
+        try:  # a rank that rejects its arguments still joins set-up: its peers then raise at once
+            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes)
+            if inter not in INTERS:
+                raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
+            tuning = auto_table.load()
+        except InvalidArgumentError as err:
+            opts, rejected, tuning = Options.fallback(), err, auto_table.TuningTable({})
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
         self.timeouts = opts.timeouts
-        if inter not in INTERS:  # before any collective: every rank passes the same arguments
-            raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
-        tuning = auto_table.load()
+        settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.rank, self.size = self.comm.rank, self.comm.size
         self.groups: Groups | None = None
@@ -99,8 +106,8 @@ class Communicator:
         self._host: HostBackend | None = None
         self._gpu: GpuBackend | None = None
         try:
-            self.groups = groups = make_groups(self.comm, self.timeout)
-            host = self._set_up(groups, gpu, device, slot_bytes, inter)
+            self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
+            host = self._set_up(groups, gpu, device, opts.slot_bytes, inter)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced, tuning,
                                         groups.topology, host, self._gpu)
         except BaseException as err:  # release what was made
@@ -109,6 +116,8 @@ class Communicator:
             # anything else peers may not have failed (or be gone): nothing waits for them.
             with contextlib.suppress(MpiringError):  # the set-up error is the one to report
                 self._release(peers_failed_too=isinstance(err, SetupError))
+            if rejected is not None:  # this rank's own error says more than the set-up error
+                raise rejected from None
             raise
         self._closed = False
         log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
