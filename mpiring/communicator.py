@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -35,13 +36,15 @@ from .errors import (
     ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
-    MpiringTimeoutError,
-    PeerFailedError,
+    PeerArgumentError,
+    RankMismatchError,
     SetupError,
     UnavailableError,
 )
 from .groups import Groups, make_groups
+from .lifetime import release
 from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_comm, empty_like
+from .signals import Watch
 from .topology import Topology
 from .transports.host import slot_bytes_for
 
@@ -86,6 +89,7 @@ class Communicator:
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
+        self._watch = Watch()
         base = MPI.COMM_WORLD if comm is None else comm
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
         rejected: InvalidArgumentError | None = None
@@ -143,6 +147,11 @@ class Communicator:
         self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
                                          algorithms.name_of_code, lambda c: Collective(c).label,
                                          groups.node_ranks)
+        board = self.board  # every host wait polls the peers' failure marks and the call's deadline
+        self._watch.check = lambda: board.check_peers(self.rank)
+        for waiter in (host.waiter, host.transport.waiter, self._agreement.waiter):
+            if waiter is not None:
+                waiter.watch = self._watch
         use_gpu = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = all_ranks(self.comm, use_gpu, self.timeout, "decide whether to use GPUs")
@@ -163,7 +172,7 @@ class Communicator:
         """Refuse further use, and tell the peers (in the control board) so they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
         if self.board is not None and not self._closed:
-            self.board.mark_failed()
+            self.board.mark_failed(self._failed)
 
     def _usable(self) -> None:
         if self._failed:
@@ -177,13 +186,8 @@ class Communicator:
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        peers = cast(ControlBoard, self.board).failed_peers()
-        if peers:
-            err = PeerFailedError(
-                f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
-                "a timeout of their own (their errors say why), so calls here would wait for them; "
-                "this communicator refuses further use"
-            )
+        err = cast(ControlBoard, self.board).peer_error(self.rank)
+        if err is not None:
             self._fail(err)
             raise err
 
@@ -270,29 +274,37 @@ class Communicator:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
+        self._watch.deadline = time.monotonic() + self.timeout  # the timeout bounds the whole call
         try:
-            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
-            values.update(prepared.values)
-        except Exception as err:  # any local failure must reach the peers, or they hang
-            rejected = err
-        if self.check:
-            self._agree(rejected is not None, values)
-        if rejected is not None:
-            raise rejected
-        call = prepared.call
-        if call.recv.count == 0:
-            return
-        try:
-            prepared.run(prepared.backend, call)
-        except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
-            self._fail(err)
-            raise
+            try:
+                prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
+                values.update(prepared.values)
+            except Exception as err:  # any local failure must reach the peers, or they hang
+                rejected = err
+            if self.check:
+                self._agree(rejected is not None, values)
+            elif rejected is not None:  # no check to tell the peers: the failure mark does
+                self._fail(rejected)
+            if rejected is not None:
+                raise rejected
+            call = prepared.call
+            if call.recv.count == 0:
+                return
+            try:
+                prepared.run(prepared.backend, call)
+            except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
+                self._fail(err)
+                raise
+        finally:
+            self._watch.deadline = None
 
     def _agree(self, rejected: bool, values: dict[str, int]) -> None:
         """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
         try:
             self._agreement.run(rejected, values, algorithms.name_of_code(values["algorithm"]))
-        except MpiringTimeoutError as err:
+        except (PeerArgumentError, RankMismatchError):  # every rank raises alike: still usable
+            raise
+        except BaseException as err:  # a timeout, a failed peer, Ctrl-C: its allreduce stays pending
             self._fail(err)
             raise
 
@@ -356,41 +368,8 @@ class Communicator:
             self._lock.release()
 
     def _release(self, peers_failed_too: bool = False) -> None:
-        """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
-
-        After a failure (here or on a peer) nothing waits for peers: they may be gone; unless
-        ``peers_failed_too`` (every rank met the same set-up error), when the control board is
-        closed with the usual bounded handshake."""
-        peers = self.board.failed_peers() if self.board is not None else []
-        failed = (self._failed is not None and not peers_failed_too) or bool(peers)
-        error: MpiringError | None = None
-        if peers and self._failed is None:  # this rank has not heard yet: close tells it
-            error = PeerFailedError(
-                f"rank {self.rank} cannot free the communicator's memory: rank(s) {peers} abandoned "
-                "it after an error or a timeout of their own (their errors say why); it is left to "
-                "the end of the process"
-            )
-        if self._gpu is not None:
-            try:
-                seen = self._gpu.close(abandon=failed)
-                if seen is not None and self._failed is None:  # met after the last call: say so
-                    error, failed = seen, True
-            except MpiringError as err:  # a bounded wait expired: the GPU backend abandoned
-                error, failed = err, True
-            self._gpu = None
-        try:
-            if self._host is not None:
-                host, self._host = self._host, None
-                host.close(abandon=failed)
-            if self.board is not None:
-                board, self.board = self.board, None
-                board.close(abandon=failed)
-        finally:
-            if self.groups is not None:
-                self.groups.free()
-            self.comm.Free()
-        if error is not None:
-            raise error
+        """Free what set-up made (see :func:`mpiring.lifetime.release`)."""
+        release(self, peers_failed_too)
 
     def __enter__(self) -> Communicator:
         return self

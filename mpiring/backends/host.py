@@ -45,6 +45,10 @@ class HostBackend(Backend):
     def run_ring(self, call: Call, collective: Collective, events: bool = False) -> None:
         if events:
             raise self._missing("the event-signalled ring")
+        with np.errstate(all="ignore"):  # folds follow IEEE (inf, nan), whatever the caller's seterr
+            self._ring(call, collective)
+
+    def _ring(self, call: Call, collective: Collective) -> None:
         shape = ring_shape(collective, call, self.node_rank, self.node_size)
         recv, dtype = call.recv.array, call.recv.dtype
         m, r = shape.block, self.node_rank
@@ -72,6 +76,10 @@ class HostBackend(Backend):
         """Per piece: ring reduce-scatter in the node, ``MPI_Allreduce`` of this rank's block
         on its rail, ring all-gather in the node. Uneven nodes: ring allreduce in the node, the
         node leaders' allreduce (rail 0), and a broadcast from the leader in the node."""
+        with np.errstate(all="ignore"):  # as run_ring
+            self._hier(call)
+
+    def _hier(self, call: Call) -> None:
         recv, op = call.recv, call.op
         send = None if call.send is None else call.send.array
         if not self.groups.topology.even:

@@ -218,3 +218,55 @@ def test_rank_never_joins_setup(tmp_path: Path) -> None:
         assert (f"rank {r} timed out after 1 s in Communicator set-up, waiting for the other ranks to join: "
                 "2 of 3 ranks joined (missing: rank 2)") in facts["message"], facts["message"]
     assert job.returncode == 0, job.explain()
+
+
+# -- issue 17: a rank that fails mid-call stops its peers at once ------------------------------
+
+QUICK = 2.0  # seconds a peer may take to raise after a rank failed, with a 60 s timeout
+
+
+@pytest.mark.parametrize("scenario, error, fragment", [
+    ("fold-raise", "RuntimeError", "injected fold failure on rank 1"),
+    ("sigint", "KeyboardInterrupt", "KeyboardInterrupt"),
+])
+def test_a_rank_failing_mid_call_stops_its_peers_at_once(tmp_path: Path, scenario: str, error: str,
+                                                         fragment: str) -> None:
+    """Rank 1 fails inside the ring (a fold raises; Ctrl-C): it marks the communicator failed with
+    its error before re-raising, and ranks 0 and 2, whose waits poll the marks, raise
+    PeerFailedError naming rank 1 and its error within QUICK seconds, not after the 60 s timeout
+    (before issue 17 they waited for the whole timeout)."""
+    job = run_scenario(tmp_path, scenario, victim=1, timeout=60.0, limit=45.0, auto_cleanup=False)
+    victim = job.event(1, "fault")
+    assert victim["outcome"] == "error" and victim["error"] == error, job.explain()
+    for r in (0, 2):
+        facts = job.event(r, "fault")
+        assert facts["outcome"] == "error" and facts["error"] == "PeerFailedError", job.explain()
+        assert "rank 1 failed with" in facts["message"] and fragment in facts["message"], facts
+        assert facts["elapsed"] < QUICK, f"rank {r} raised after {facts['elapsed']:.2f} s"
+        assert facts["input_intact"], facts
+        assert facts["output"]["correct"] < COUNT, facts  # never a success
+
+
+def test_the_callers_seterr_does_not_reach_the_folds(tmp_path: Path) -> None:
+    """Rank 1 runs under np.seterr(all="raise") and the float16 sum overflows: folds run under
+    their own errstate, so every rank gets inf (IEEE), none raises FloatingPointError (before:
+    rank 1 raised and its peers waited for the timeout)."""
+    job = run_scenario(tmp_path, "seterr", victim=1, timeout=60.0, limit=45.0, auto_cleanup=False)
+    for r in range(3):
+        facts = job.event(r, "fault")
+        assert facts["outcome"] == "ok" and facts["all_inf"], job.explain()
+
+
+def test_the_timeout_bounds_the_whole_call(tmp_path: Path) -> None:
+    """Rank 1 enters call 2 0.9 timeouts late (the agreement check waits for it), then stalls
+    in the ring: ranks 0 and 2 raise MpiringTimeoutError one timeout after the call began, not
+    after 1.9 (each wait had a timeout of its own before issue 17)."""
+    timeout = 2.0
+    job = run_scenario(tmp_path, "late", victim=1, timeout=timeout, limit=40.0, auto_cleanup=False)
+    errors = []
+    for r in (0, 2):  # one times out; the other may stop earlier, on its failure mark
+        facts = job.event(r, "fault")
+        errors.append(facts["error"])
+        assert facts["outcome"] == "error", job.explain()
+        assert facts["elapsed"] < 1.4 * timeout, f"rank {r}: {facts['elapsed']:.2f} s"
+    assert "MpiringTimeoutError" in errors and set(errors) <= {"MpiringTimeoutError", "PeerFailedError"}
