@@ -12,6 +12,7 @@ from mpi4py import MPI
 from ..buffers import Memory
 from ..control import ControlBoard
 from ..errors import MpiringError
+from ..mpi_ops import mpi_op
 from ..pipeline import RingPipeline
 from ..schedule import Phase, RingPlan, choose_batches, chunk_bounds, default_batches
 from ..timeouts import TimeoutPolicy
@@ -115,7 +116,7 @@ class HostBackend(Backend):
         """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout."""
         if comm.size == 1 or data.size == 0:
             return
-        request = comm.Iallreduce(MPI.IN_PLACE, data, op=getattr(MPI, op.row.mpi))
+        request = comm.Iallreduce(MPI.IN_PLACE, data, op=mpi_op(op, data.dtype))
         self.waiter.request(request, lambda: f"every node to join {what}", hint=INTER_HINT,
                             buffers=(data,))
 
