@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -283,8 +285,6 @@ class Communicator:
                 rejected = err
             if self.check:
                 self._agree(rejected is not None, values)
-            elif rejected is not None:  # no check to tell the peers: the failure mark does
-                self._fail(rejected)
             if rejected is not None:
                 raise rejected
             call = prepared.call
@@ -370,6 +370,21 @@ class Communicator:
     def _release(self, peers_failed_too: bool = False) -> None:
         """Free what set-up made (see :func:`mpiring.lifetime.release`)."""
         release(self, peers_failed_too)
+
+    def __del__(self) -> None:
+        """Garbage-collected without close(): warn (ResourceWarning). Freeing is collective and
+        cannot run safely from here (peers may not drop theirs at the same point), so a healthy
+        communicator's memory and MPI handles stay until MPI_Finalize; a failed one is released
+        at once (that never waits for peers)."""
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return
+        warnings.warn(f"{self!r} was garbage-collected without close(): its shared memory and MPI "
+                      "communicators stay allocated until MPI_Finalize; close it (or use 'with')",
+                      ResourceWarning, stacklevel=2)
+        if self._failed is not None:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._release()
 
     def __enter__(self) -> Communicator:
         return self
