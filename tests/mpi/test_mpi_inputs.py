@@ -57,3 +57,17 @@ def test_nan_propagates_in_max_and_min_on_every_algorithm(algorithm: str, op: st
     if got[-1] != want_last:
         problems.append(f"{algorithm} {op}: last element {got[-1]}, expected {want_last}")
     all_ok(problems)
+
+
+@pytest.mark.parametrize("forced, want", [("mpi", "mpi"), ("ring", "ring"), ("oneshot", "ring")])
+def test_mpiring_algo_on_host_arrays(forced: str, want: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MPIRING_ALGO replaces auto's choice wherever that algorithm serves the call; a GPU-only
+    one (oneshot) leaves host arrays to auto (the ring), as the README says."""
+    monkeypatch.setenv("MPIRING_ALGO", forced)
+    with mpiring.Communicator(world, gpu=False, slot_bytes=4096, timeout=60) as comm:
+        got = comm.resolve(1000, np.float64, gpu=False)
+        y = comm.allreduce(np.ones(1000))
+    problems = [] if got == want else [f"MPIRING_ALGO={forced}: resolved {got}, expected {want}"]
+    if not np.array_equal(y, np.full(1000, float(world.size))):
+        problems.append("wrong sum")
+    all_ok(problems)
