@@ -14,6 +14,7 @@ from .algorithms import Algorithm, register
 from .communicator import Communicator
 from .errors import (
     CommunicatorClosedError,
+    ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
     MpiringTimeoutError,
@@ -32,6 +33,7 @@ __all__ = [
     "Algorithm",
     "Communicator",
     "CommunicatorClosedError",
+    "ConcurrentCallError",
     "InvalidArgumentError",
     "MpiringError",
     "MpiringTimeoutError",

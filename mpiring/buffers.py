@@ -109,6 +109,8 @@ def _not_contiguous(role: str, strides: Any, shape: Any, lib: str) -> InvalidArg
 
 
 def _from_numpy(arr: np.ndarray, role: str) -> Buffer:
+    if type(arr) is not np.ndarray:  # np.matrix & co.: the same memory as a plain array (as mpi4py)
+        arr = np.asarray(arr)
     if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
         raise _not_contiguous(role, arr.strides, arr.shape, "numpy")
     dtype = _check_dtype(arr.dtype, role)
@@ -200,6 +202,14 @@ def _from_torch(t: Any, role: str) -> Buffer:
             raise InvalidArgumentError(
                 f"{role} is a torch tensor on {t.device}, which mpiring does not support"
             )
+        if str(t.dtype) == "torch.bfloat16":  # numpy has no bfloat16: view the bits as ml_dtypes'
+            dtype = bfloat16_dtype()
+            if dtype is None:
+                raise InvalidArgumentError(f"{role} is a CPU bfloat16 tensor, which needs the ml_dtypes "
+                                           "package (pip install ml_dtypes)")
+            import torch
+
+            return _from_numpy(t.detach().view(torch.int16).numpy().view(dtype), role)
         return _from_numpy(t.detach().numpy(), role)
     if not t.is_contiguous():
         raise InvalidArgumentError(

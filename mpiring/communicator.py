@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
+import threading
+import time
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -26,20 +30,24 @@ from .algorithms import auto as auto_table
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
+from .consensus import REJECTED
 from .control import ControlBoard
 from .cuda.streams import torch_stream
 from .dispatch import Dispatcher
 from .errors import (
     CommunicatorClosedError,
+    ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
-    MpiringTimeoutError,
-    PeerFailedError,
+    PeerArgumentError,
+    RankMismatchError,
     SetupError,
     UnavailableError,
 )
 from .groups import Groups, make_groups
-from .options import DEFAULT_HOST_SLOT_BYTES, Options, empty_like
+from .lifetime import release
+from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_comm, empty_like
+from .signals import Watch
 from .topology import Topology
 from .transports.host import slot_bytes_for
 
@@ -81,13 +89,23 @@ class Communicator:
                  timeout: float | None = None, inter: str = "auto") -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
+        # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
+        # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
+        self._lock = threading.Lock()
+        self._watch = Watch()
         base = MPI.COMM_WORLD if comm is None else comm
-        opts = Options.resolve(algorithm, batches, check, timeout)
+        check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
+        rejected: InvalidArgumentError | None = None
+        try:  # a rank that rejects its arguments still joins set-up: its peers then raise at once
+            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes)
+            if inter not in INTERS:
+                raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
+            tuning = auto_table.load()
+        except InvalidArgumentError as err:
+            opts, rejected, tuning = Options.fallback(), err, auto_table.TuningTable({})
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
         self.timeouts = opts.timeouts
-        if inter not in INTERS:  # before any collective: every rank passes the same arguments
-            raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
-        tuning = auto_table.load()
+        settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.rank, self.size = self.comm.rank, self.comm.size
         self.groups: Groups | None = None
@@ -95,8 +113,8 @@ class Communicator:
         self._host: HostBackend | None = None
         self._gpu: GpuBackend | None = None
         try:
-            self.groups = groups = make_groups(self.comm, self.timeout)
-            host = self._set_up(groups, gpu, device, slot_bytes, inter)
+            self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
+            host = self._set_up(groups, gpu, device, opts.slot_bytes, inter)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced, tuning,
                                         groups.topology, host, self._gpu)
         except BaseException as err:  # release what was made
@@ -104,7 +122,9 @@ class Communicator:
             # A SetupError is raised on every rank alike: they meet to free the host board. After
             # anything else peers may not have failed (or be gone): nothing waits for them.
             with contextlib.suppress(MpiringError):  # the set-up error is the one to report
-                self._release(peers_failed_too=isinstance(err, SetupError))
+                release(self, peers_failed_too=isinstance(err, SetupError))
+            if rejected is not None:  # this rank's own error says more than the set-up error
+                raise rejected from None
             raise
         self._closed = False
         log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
@@ -130,6 +150,11 @@ class Communicator:
         self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
                                          algorithms.name_of_code, lambda c: Collective(c).label,
                                          groups.node_ranks)
+        board = self.board  # every host wait polls the peers' failure marks and the call's deadline
+        self._watch.check = lambda: board.check_peers(self.rank)
+        for waiter in (host.waiter, host.transport.waiter, self._agreement.waiter):
+            if waiter is not None:
+                waiter.watch = self._watch
         here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
         # Every rank must take the same branch: set-up below is collective.
         use_gpu = all_ranks(self.comm, here, self.timeout, "decide whether to use GPUs")
@@ -149,7 +174,7 @@ class Communicator:
         """Refuse further use, and tell the peers (in the control board) so they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
         if self.board is not None and not self._closed:
-            self.board.mark_failed()
+            self.board.mark_failed(self._failed)
 
     def _usable(self) -> None:
         if self._failed:
@@ -163,13 +188,8 @@ class Communicator:
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        peers = cast(ControlBoard, self.board).failed_peers()
-        if peers:
-            err = PeerFailedError(
-                f"rank {self.rank}: rank(s) {peers} gave up on this communicator after an error or "
-                "a timeout of their own (their errors say why), so calls here would wait for them; "
-                "this communicator refuses further use"
-            )
+        err = cast(ControlBoard, self.board).peer_error(self.rank)
+        if err is not None:
             self._fail(err)
             raise err
 
@@ -180,14 +200,26 @@ class Communicator:
         within the timeout, or an abort by a peer) is raised here, or by the next call. Host
         calls complete before they return: then this only checks for failures.
         """
-        self._usable()
-        if self._gpu is not None:
-            try:
-                self._gpu.synchronize()
-            except MpiringError as err:
-                self._fail(err)
-                raise
-        self._usable()
+        if not self._lock.acquire(False):
+            raise self._busy("synchronize()")
+        try:
+            self._usable()
+            if self._gpu is not None:
+                try:
+                    self._gpu.synchronize()
+                except MpiringError as err:
+                    self._fail(err)
+                    raise
+            self._usable()
+        finally:
+            self._lock.release()
+
+    def _busy(self, what: str) -> ConcurrentCallError:
+        return ConcurrentCallError(
+            f"rank {getattr(self, 'rank', '?')}: {what} was called while another call on this "
+            "communicator is in progress (in another thread): MPI forbids concurrent calls on one "
+            "communicator; use one communicator per thread, or serialize the calls"
+        )
 
     @property
     def closed(self) -> bool:
@@ -234,56 +266,72 @@ class Communicator:
 
     def _collective(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
                     algorithm: str | None, batches: int | None) -> None:
-        stream = torch_stream(recvbuf) if self._gpu is not None else None
-        if stream is None:
-            self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
-        else:  # a torch tensor: order the call on torch's current stream (mpiring.cuda.streams)
-            with stream:
+        if not self._lock.acquire(False):
+            raise self._busy(collective.label)
+        try:
+            stream = torch_stream(recvbuf) if self._gpu is not None else None
+            if stream is None:
                 self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+            else:  # a torch tensor: order the call on torch's current stream (mpiring.cuda.streams)
+                with stream:
+                    self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+        finally:
+            self._lock.release()
 
     def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
              algorithm: str | None, batches: int | None) -> None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
+        self._watch.deadline = time.monotonic() + self.timeout  # the timeout bounds the whole call
         try:
-            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
-            values.update(prepared.values)
-        except Exception as err:  # any local failure must reach the peers, or they hang
-            rejected = err
-        if self.check:
-            self._agree(rejected is not None, values)
-        if rejected is not None:
-            raise rejected
-        call = prepared.call
-        if call.recv.count == 0:
-            return
-        try:
-            prepared.run(prepared.backend, call)
-        except BaseException as err:  # mid-collective: peers' sequence numbers no longer match ours
-            self._fail(err)
-            raise
+            try:
+                prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
+                values.update(prepared.values)
+            except Exception as err:  # any local failure must reach the peers, or they hang
+                rejected = err
+            if self.check:
+                self._agree(rejected is not None, values)
+            if rejected is not None:
+                raise rejected
+            call = prepared.call
+            if call.recv.count == 0:
+                return
+            try:
+                prepared.run(prepared.backend, call)
+            except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
+                self._fail(err)
+                raise
+        finally:
+            self._watch.deadline = None
 
     def _agree(self, rejected: bool, values: dict[str, int]) -> None:
         """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
         try:
             self._agreement.run(rejected, values, algorithms.name_of_code(values["algorithm"]))
-        except MpiringTimeoutError as err:
+        except (PeerArgumentError, RankMismatchError):  # every rank raises alike: still usable
+            raise
+        except BaseException as err:  # a timeout, a failed peer, Ctrl-C: its allreduce stays pending
             self._fail(err)
             raise
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
                   batches: int | None = None) -> Any:
         """Return a new array holding the reduction of ``x`` over all ranks (like ``comm.allreduce``)."""
-        self._usable()
+        if not self._lock.acquire(False):
+            raise self._busy("allreduce")
         try:
-            out = empty_like(x)
-        except Exception:
-            if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
-                self._agree(True, dict.fromkeys(FIELDS, 0))
-            raise
-        self.Allreduce(x, out, op, algorithm=algorithm, batches=batches)
-        return out
+            self._usable()
+            try:
+                out = empty_like(x)
+            except Exception:
+                if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
+                    self._agree(True, dict.fromkeys(FIELDS, 0))
+                raise
+            self._run(Collective.ALLREDUCE, x, out, op, algorithm, batches)
+            return out
+        finally:
+            self._lock.release()
 
     # -- which algorithm -----------------------------------------------------------------
 
@@ -318,45 +366,27 @@ class Communicator:
         """
         if self._closed:
             return
-        self._closed = True
-        self._release()
-
-    def _release(self, peers_failed_too: bool = False) -> None:
-        """Free what set-up made (all of it, or what a failed set-up got to), in reverse order.
-
-        After a failure (here or on a peer) nothing waits for peers: they may be gone; unless
-        ``peers_failed_too`` (every rank met the same set-up error), when the control board is
-        closed with the usual bounded handshake."""
-        peers = self.board.failed_peers() if self.board is not None else []
-        failed = (self._failed is not None and not peers_failed_too) or bool(peers)
-        error: MpiringError | None = None
-        if peers and self._failed is None:  # this rank has not heard yet: close tells it
-            error = PeerFailedError(
-                f"rank {self.rank} cannot free the communicator's memory: rank(s) {peers} abandoned "
-                "it after an error or a timeout of their own (their errors say why); it is left to "
-                "the end of the process"
-            )
-        if self._gpu is not None:
-            try:
-                seen = self._gpu.close(abandon=failed)
-                if seen is not None and self._failed is None:  # met after the last call: say so
-                    error, failed = seen, True
-            except MpiringError as err:  # a bounded wait expired: the GPU backend abandoned
-                error, failed = err, True
-            self._gpu = None
+        if not self._lock.acquire(False):
+            raise self._busy("close()")
         try:
-            if self._host is not None:
-                host, self._host = self._host, None
-                host.close(abandon=failed)
-            if self.board is not None:
-                board, self.board = self.board, None
-                board.close(abandon=failed)
+            self._closed = True
+            release(self)  # frees what set-up made (mpiring.lifetime)
         finally:
-            if self.groups is not None:
-                self.groups.free()
-            self.comm.Free()
-        if error is not None:
-            raise error
+            self._lock.release()
+
+    def __del__(self) -> None:
+        """Collected without close(): warn (ResourceWarning). Freeing is collective (peers may
+        not drop theirs at the same point): a healthy communicator's memory and MPI handles stay
+        until MPI_Finalize; a failed one is released at once (that never waits for peers)."""
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return
+        warnings.warn(f"{self!r} was garbage-collected without close(): its shared memory and MPI "
+                      "communicators stay allocated until MPI_Finalize; close it (or use 'with')",
+                      ResourceWarning, stacklevel=2)
+        if self._failed is not None:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                release(self)
 
     def __enter__(self) -> Communicator:
         return self

@@ -75,6 +75,11 @@ class CommunicatorClosedError(MpiringError):
     """The communicator was closed, or failed earlier, and refuses further use."""
 
 
+class ConcurrentCallError(MpiringError):
+    """A call, ``close()`` or ``synchronize()`` entered while another was in progress on the same
+    communicator (from another thread): MPI forbids concurrent calls on one communicator."""
+
+
 class UnavailableError(MpiringError):
     """A requested algorithm or feature is not available here (no GPU, no NCCL, ...)."""
 

@@ -20,6 +20,7 @@ from typing import cast
 from mpi4py import MPI
 
 from .agreement import allgather
+from .consensus import check_setup
 from .errors import SetupError
 from .topology import VIRTUAL_NODES, Topology, from_node_keys, virtual_node_of
 
@@ -51,20 +52,24 @@ class Groups:
                 group.Free()
 
 
-def make_groups(comm: MPI.Intracomm, timeout: float) -> Groups:
+def make_groups(comm: MPI.Intracomm, timeout: float, settings: dict[str, object] | None = None) -> Groups:
     """Collective over ``comm`` (bounded exchange, then blocking splits with every rank present):
-    find the nodes and make the node, rail and physical-node communicators."""
+    find the nodes and make the node, rail and physical-node communicators. The same exchange
+    carries every rank's set-up ``settings``: if they differ, every rank raises the same
+    SetupError (:mod:`mpiring.consensus`) before any shared memory is carved."""
     rank = comm.rank
     shared = cast(MPI.Intracomm, comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank))
     try:
         physical = min(allgather(shared, rank, timeout, "name its physical node"))
         spec = os.environ.get(VIRTUAL_NODES, "").strip()
-        everyone = allgather(comm, (spec, physical), timeout, "say which node it is on")
-        specs = {s for s, _ in everyone}
+        everyone = allgather(comm, (spec, physical, settings or {}), timeout,
+                             "say which node it is on and how it is set up")
+        check_setup([s for _, _, s in everyone])
+        specs = {s for s, _, _ in everyone}
         if len(specs) > 1:
             raise SetupError(f"ranks see different {VIRTUAL_NODES} values ({sorted(specs)}): set it "
                              "alike for every rank (Open MPI: mpirun -x; Slurm exports it)")
-        keys: list[object] = [p for _, p in everyone]
+        keys: list[object] = [p for _, p, _ in everyone]
         if spec:
             virtual = virtual_node_of(spec, comm.size)  # the same error on every rank
             for index in set(virtual):

@@ -159,16 +159,6 @@ def check_op_dtype(op: Op, dtype: np.dtype) -> None:
         )
 
 
-def mpi_op(op: Op) -> Any:
-    """mpi4py's op for ``op`` (the dispatcher runs ``avg`` as ``sum`` on MPI's rows)."""
-    from mpi4py import MPI
-
-    name = op.row.mpi
-    if name is None:
-        raise InvalidArgumentError(f"MPI has no op {op.name.lower()}")
-    return getattr(MPI, name)
-
-
 def bfloat16_dtype() -> np.dtype | None:
     """numpy's bfloat16 from ml_dtypes, when installed (numpy has none of its own)."""
     try:

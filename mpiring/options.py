@@ -25,6 +25,30 @@ def env_flag(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def check_slot_bytes(slot_bytes: Any) -> int | None:
+    """None (the default), or a positive integer number of bytes."""
+    if slot_bytes is None:
+        return None
+    if isinstance(slot_bytes, bool) or not isinstance(slot_bytes, (int, np.integer)) or slot_bytes < 1:
+        raise InvalidArgumentError(
+            f"slot_bytes must be a positive integer number of bytes or None, got {slot_bytes!r}")
+    return int(slot_bytes)
+
+
+def check_comm(comm: Any) -> None:
+    """Refuse what is not an MPI intracommunicator, on every rank, before any collective."""
+    from mpi4py import MPI
+
+    if not isinstance(comm, MPI.Comm):
+        raise InvalidArgumentError(f"comm must be an mpi4py intracommunicator, got {type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise InvalidArgumentError("comm is MPI.COMM_NULL: pass the communicator of the ranks that take "
+                                   "part (e.g. MPI.COMM_WORLD); ranks outside it must not create one")
+    if comm.Is_inter():
+        raise InvalidArgumentError("comm is an intercommunicator: mpiring reduces over the ranks of one "
+                                   "group; pass an intracommunicator (e.g. intercomm.Merge())")
+
+
 def check_batches(batches: Any) -> int | None:
     if batches is None:
         return None
@@ -40,16 +64,45 @@ class Options:
     check: bool
     timeouts: TimeoutPolicy
     forced: str | None  # MPIRING_ALGO: what "auto" runs instead of the table's choice
+    slot_bytes: int | None = None  # as asked (None: each backend's default)
 
     @classmethod
-    def resolve(cls, algorithm: Any, batches: Any, check: bool | None, timeout: float | None) -> Options:
+    def resolve(cls, algorithm: Any, batches: Any, check: bool | None, timeout: float | None,
+                slot_bytes: Any = None) -> Options:
         name = algorithms.check_name(algorithm, source="algorithm=")
         forced = os.environ.get("MPIRING_ALGO", "").strip() or None
         if forced is not None:
             forced = algorithms.check_name(forced, source="the environment variable MPIRING_ALGO")
             forced = None if forced == algorithms.AUTO else forced
         checked = env_flag("MPIRING_CHECK", True) if check is None else bool(check)
-        return cls(name, check_batches(batches), checked, TimeoutPolicy.resolve(timeout), forced)
+        return cls(name, check_batches(batches), checked, TimeoutPolicy.resolve(timeout), forced,
+                   check_slot_bytes(slot_bytes))
+
+    @classmethod
+    def fallback(cls) -> Options:
+        """Defaults for a rank that rejected its own arguments: enough to take part in set-up
+        (bounded) and tell its peers, which then raise at once instead of waiting for it."""
+        try:
+            timeouts = TimeoutPolicy.resolve(None)
+        except InvalidArgumentError:
+            timeouts = TimeoutPolicy()
+        return cls(algorithms.AUTO, None, True, timeouts, None)
+
+    def setup_values(self, inter: str) -> dict[str, object]:
+        """The set-up parameters every rank must share (see :mod:`mpiring.consensus`): what shapes
+        the shared memory and the schedule, and what decides whether every rank calls the same
+        collectives."""
+        return {
+            "slot_bytes": self.slot_bytes,
+            "batches": self.batches,
+            "check": self.check,
+            "algorithm table": ",".join(row.name for row in algorithms.rows()),
+            "MPIRING_ALGO": self.forced,
+            "MPIRING_TUNING_FILE": os.environ.get("MPIRING_TUNING_FILE") or None,
+            "MPIRING_DIRECT_BLOCKS": os.environ.get("MPIRING_DIRECT_BLOCKS") or None,
+            "inter": inter,
+            "timeout": "finite, positive",  # (a rank with another one rejected its arguments)
+        }
 
 
 def empty_like(x: Any) -> Any:

@@ -152,12 +152,24 @@ class SharedBoard:
         ABANDONED_WINDOWS.append(win)
 
 
+class Watch:
+    """What every wait of one communicator also watches (shared by its waiters): the deadline
+    of the call in progress (None between calls), so that the timeout bounds a whole call, and
+    ``check``, which raises if a peer marked the communicator failed (polled about every
+    millisecond or less of waiting)."""
+
+    def __init__(self, check: Callable[[], None] | None = None) -> None:
+        self.deadline: float | None = None
+        self.check = check
+
+
 class Waiter:
     """Bounded spin-waits that give the CPU away: CI runs 4 ranks on 2 cores."""
 
     def __init__(self, timeout: float, describe_rank: int) -> None:
         self.timeout = timeout
         self.rank = describe_rank
+        self.watch: Watch | None = None
 
     def until(self, ready: Callable[[], bool], what: Callable[[], str], *, peer: int | None = None,
               hint: str = PEER_HINT) -> None:
@@ -169,6 +181,9 @@ class Waiter:
         if ready():
             return
         deadline = time.monotonic() + self.timeout
+        watch = self.watch
+        if watch is not None and watch.deadline is not None:  # the call's deadline, if sooner
+            deadline = min(deadline, watch.deadline)
         spins = 0
         while not ready():
             spins += 1
@@ -176,8 +191,11 @@ class Waiter:
                 os.sched_yield()
             else:  # a long wait: stop burning a core another rank may need
                 time.sleep(50e-6)
-            if spins % 256 == 0 and time.monotonic() > deadline and not ready():  # (a stall may end)
-                raise MpiringTimeoutError(self.rank, self.timeout, what(), peer=peer, hint=hint)
+            if spins % 64 == 0:
+                if watch is not None and watch.check is not None:
+                    watch.check()  # a peer that failed: raise now, not at the timeout
+                if time.monotonic() > deadline and not ready():  # (a stall may end)
+                    raise MpiringTimeoutError(self.rank, self.timeout, what(), peer=peer, hint=hint)
 
     def counter_at_least(self, board: SharedBoard, rank: int, index: int, target: int,
                          what: Callable[[], str], *, peer: int | None = None) -> None:

@@ -489,3 +489,27 @@ def test_part_is_a_view_of_the_same_memory() -> None:
     assert buf.part(10, 0).count == 0
     with pytest.raises(ValueError, match="outside"):
         buf.part(8, 3)
+
+
+def test_torch_cpu_bfloat16_is_described_through_ml_dtypes() -> None:
+    """Issue 17, item 5: a CPU bfloat16 tensor (torch's .numpy() refuses it) is read as
+    ml_dtypes' bfloat16 over the same memory."""
+    torch = pytest.importorskip("torch")
+    from mpiring.buffers import describe
+    from mpiring.ops import bfloat16_dtype
+
+    t = torch.arange(6, dtype=torch.bfloat16)
+    buf = describe(t, "sendbuf")
+    assert buf.dtype == bfloat16_dtype() and buf.count == 6 and buf.address == t.data_ptr()
+    assert [float(v) for v in buf.array] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_np_matrix_is_described_as_a_flat_array() -> None:
+    """Issue 17, item 5: np.matrix goes through np.asarray (its flat view stays 2-D otherwise)."""
+    from mpiring.buffers import describe
+
+    m = np.matrix(np.arange(6.0).reshape(2, 3))
+    buf = describe(m, "recvbuf")
+    assert type(buf.array) is np.ndarray and buf.array.shape == (6,) and buf.count == 6
+    buf.array[0] = 9.0
+    assert m[0, 0] == 9.0  # the same memory

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from mpi4py import MPI
 
 from ..errors import InvalidArgumentError
-from ..ops import mpi_op
+from ..mpi_ops import mpi_op
 from .base import HOST, Algorithm, Call, Scope
 
 if TYPE_CHECKING:
@@ -20,11 +20,11 @@ def _send(call: Call):
 
 
 def run(backend: Backend, call: Call) -> None:
-    backend.comm.Allreduce(_send(call), call.recv.array, op=mpi_op(call.op))
+    backend.comm.Allreduce(_send(call), call.recv.array, op=mpi_op(call.op, call.recv.dtype))
 
 
 def reduce_scatter(backend: Backend, call: Call) -> None:
-    backend.comm.Reduce_scatter_block(_send(call), call.recv.array, op=mpi_op(call.op))
+    backend.comm.Reduce_scatter_block(_send(call), call.recv.array, op=mpi_op(call.op, call.recv.dtype))
 
 
 def allgather(backend: Backend, call: Call) -> None:

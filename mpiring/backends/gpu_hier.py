@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import InvalidArgumentError, SetupError, UnavailableError
-from ..ops import mpi_op
+from ..mpi_ops import builtin_op
 from ..schedule import Phase, RingPlan, chunk_bounds
 from ..transports.base import CallBuffers
 
@@ -119,7 +119,7 @@ class MpiRail:
         self._ready.synchronize()  # this stream's work only: what the MPI call reads is ready
         memory = cupy.cuda.UnownedMemory(dst, count * dtype.itemsize, self)
         view = cupy.ndarray(count, dtype, cupy.cuda.MemoryPointer(memory, 0))
-        request = self.rail.Iallreduce(MPI.IN_PLACE, view, op=mpi_op(op))
+        request = self.rail.Iallreduce(MPI.IN_PLACE, view, op=builtin_op(op))
         self.waiter.request(request, lambda: "every node to join the inter-node allreduce (MPI)",
                             buffers=(view,))
 

@@ -12,7 +12,8 @@ from mpi4py import MPI
 from ..buffers import Buffer, Memory
 from ..control import ControlBoard
 from ..errors import MpiringError
-from ..ops import divide_by_ranks, mpi_op
+from ..mpi_ops import mpi_op
+from ..ops import divide_by_ranks
 from ..pipeline import RingPipeline
 from ..schedule import Phase, RingPlan, choose_batches, chunk_bounds, default_batches
 from ..timeouts import TimeoutPolicy
@@ -46,6 +47,10 @@ class HostBackend(Backend):
     def run_ring(self, call: Call, collective: Collective, events: bool = False) -> None:
         if events:
             raise self._missing("the event-signalled ring")
+        with np.errstate(all="ignore"):  # folds follow IEEE (inf, nan), whatever the caller's seterr
+            self._ring(call, collective)
+
+    def _ring(self, call: Call, collective: Collective) -> None:
         shape = ring_shape(collective, call, self.node_rank, self.node_size)
         recv, dtype = call.recv.array, call.recv.dtype
         m, r = shape.block, self.node_rank
@@ -76,6 +81,10 @@ class HostBackend(Backend):
         """Per piece: ring reduce-scatter in the node, ``MPI_Allreduce`` of this rank's block
         on its rail, ring all-gather in the node. Uneven nodes: ring allreduce in the node, the
         node leaders' allreduce (rail 0), and a broadcast from the leader in the node."""
+        with np.errstate(all="ignore"):  # as run_ring
+            self._hier(call)
+
+    def _hier(self, call: Call) -> None:
         recv, op = call.recv, call.op
         send = None if call.send is None else call.send.array
         if not self.groups.topology.even:
@@ -111,7 +120,7 @@ class HostBackend(Backend):
         """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout."""
         if comm.size == 1 or data.size == 0:
             return
-        request = comm.Iallreduce(MPI.IN_PLACE, data, op=mpi_op(op))
+        request = comm.Iallreduce(MPI.IN_PLACE, data, op=mpi_op(op, data.dtype))
         self.waiter.request(request, lambda: f"every node to join {what}", hint=INTER_HINT,
                             buffers=(data,))
 

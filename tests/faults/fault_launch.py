@@ -7,6 +7,7 @@ and a marker in the environment find them, not the process group).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -80,6 +81,7 @@ def run_scenario(tmp_path: Path, scenario: str, victim: int, *, ranks: int = 3, 
     command = [find_mpiexec()] + ([] if auto_cleanup else ["-disable-auto-cleanup"])
     command += ["-n", str(ranks), sys.executable] + (["-m", "mpi4py"] if abort_on_error else [])
     command += [str(SCRIPT), scenario, str(victim)]
+    shm_before = _shm_files()
     start = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=child_env, start_new_session=True)
@@ -98,11 +100,39 @@ def run_scenario(tmp_path: Path, scenario: str, victim: int, *, ranks: int = 3, 
         time.sleep(0.02)
         left = _marked(token)
     _kill(left)  # e.g. a stopped rank whose mpiexec gave up on it
+    _clean_shm(shm_before)
     job = Job(proc.returncode, output, elapsed, _records(out_dir))
     if left:
         pytest.fail(f"{scenario}: processes {sorted(left)} outlived their mpiexec\n{job.explain()}",
                     pytrace=False)
     return job
+
+
+def _shm_files() -> set[str]:
+    return {str(p) for p in Path("/dev/shm").glob("mpich_shm_*")} if Path("/dev/shm").is_dir() else set()
+
+
+def _clean_shm(before: set[str]) -> None:
+    """Remove the MPICH shared-memory files the job left (ranks killed before they unlinked
+    them): those that appeared during the job and that no live process holds open or mapped
+    (so never another job's)."""
+    new = _shm_files() - before
+    if not new:
+        return
+    held: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                held.update(line.split(None, 5)[-1].strip() for line in f if "/dev/shm/" in line)
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                held.add(os.readlink(f"/proc/{entry}/fd/{fd}"))
+        except OSError:
+            continue
+    for path in new - held:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _records(out_dir: Path) -> dict[int, dict[str, Any]]:

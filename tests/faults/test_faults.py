@@ -34,11 +34,24 @@ SLACK = 2.5  # scheduling slack on 2 cores
 
 
 def timed_out(job: Job, rank: int, label: str, *fragments: str) -> dict:
-    """Rank ``rank``'s call ``label`` raised MpiringTimeoutError within the timeout, saying ``fragments``."""
-    facts = job.event(rank, label)
-    assert facts["outcome"] == "error" and facts["error"] == "MpiringTimeoutError", job.explain()
-    assert T <= facts["elapsed"] < T + SLACK, f"rank {rank} raised after {facts['elapsed']:.2f} s"
-    assert facts["message"].startswith(f"rank {rank} timed out after {T:g} s"), facts["message"]
+    """Rank ``rank``'s call ``label`` raised MpiringTimeoutError within the timeout, saying
+    ``fragments``; or PeerFailedError relaying the MpiringTimeoutError of a peer that timed out
+    first (its failure mark stops this rank's waits), which then says ``fragments``."""
+    facts = dict(job.event(rank, label))
+    if facts.get("error") == "PeerFailedError":  # a peer timed out first: its mark stopped this rank
+        assert facts["message"].startswith(f"rank {rank}: rank "), facts["message"]
+        assert "failed with MpiringTimeoutError" in facts["message"], facts["message"]
+        first = [f for r in job.records for f in job.events(r)
+                 if f["call"] == label and f.get("error") == "MpiringTimeoutError"]
+        assert first, f"no rank timed out itself\n{job.explain()}"
+        facts.update({k: first[0].get(k) for k in ("peer", "step", "seq", "algorithm")})
+    else:
+        assert facts["outcome"] == "error" and facts["error"] == "MpiringTimeoutError", job.explain()
+        assert facts["message"].startswith(f"rank {rank} timed out after {T:g} s"), facts["message"]
+    # A relayed failure may come a little before T on this rank's clock (the peer's call began
+    # earlier); its own timeout never does.
+    earliest = 0.9 * T if facts.get("error") == "PeerFailedError" else T
+    assert earliest <= facts["elapsed"] < T + SLACK, f"rank {rank} raised after {facts['elapsed']:.2f} s"
     for fragment in fragments:
         assert fragment in facts["message"], facts["message"]
     assert facts["input_intact"], f"rank {rank}: the input was written"
@@ -126,7 +139,7 @@ def test_rank_skips_a_call(tmp_path: Path, check: bool) -> None:
             facts = timed_out(job, r, "fault", "in the ring algorithm, step ", "transfer seq ",
                               ", waiting for rank ")
             assert facts["algorithm"] == "ring" and facts["seq"] >= 1, facts
-            if r == 2:
+            if r == 2 and facts["error"] == "MpiringTimeoutError":  # (not stopped by rank 0's mark)
                 assert facts["peer"] == 1 and "waiting for rank 1 to fill slot" in facts["message"], facts
         closed_at_once(job, r)
     closed_at_once(job, 1, "PeerFailedError")  # naming whichever of ranks 0 and 2 had abandoned by then
@@ -171,7 +184,8 @@ def test_rank_killed_under_default_mpiexec(tmp_path: Path) -> None:
 
 def test_rank_stopped_past_the_timeout(tmp_path: Path) -> None:
     """Rank 1 SIGSTOPs itself at its 10th send of call 2 and is resumed 2.5 s later: ranks 0 and 2
-    raise within the timeout; rank 1, once resumed, raises too; nothing writes a survivor's
+    raise within the timeout; rank 1, once resumed, raises too (PeerFailedError: their marks);
+    nothing writes a survivor's
     output after its call raised; the job then ends normally.
     Protection: the ring's bounded waits, and the close that abandons a failed communicator
     instead of waiting for its peers."""
@@ -182,7 +196,8 @@ def test_rank_stopped_past_the_timeout(tmp_path: Path) -> None:
         assert job.records[r]["output_after_victim_resumed"] == facts["output"], job.explain()
         closed_at_once(job, r)
     facts = job.event(1, "fault")
-    assert facts["error"] == "MpiringTimeoutError" and facts["elapsed"] >= resume, facts
+    # once resumed it sees its peers' failure marks (or times out itself): either way it raises
+    assert facts["error"] in ("MpiringTimeoutError", "PeerFailedError") and facts["elapsed"] >= resume, facts
     closed_at_once(job, 1)
     assert job.returncode == 0, job.explain()
 
@@ -218,3 +233,55 @@ def test_rank_never_joins_setup(tmp_path: Path) -> None:
         assert (f"rank {r} timed out after 1 s in Communicator set-up, waiting for the other ranks to join: "
                 "2 of 3 ranks joined (missing: rank 2)") in facts["message"], facts["message"]
     assert job.returncode == 0, job.explain()
+
+
+# -- issue 17: a rank that fails mid-call stops its peers at once ------------------------------
+
+QUICK = 2.0  # seconds a peer may take to raise after a rank failed, with a 60 s timeout
+
+
+@pytest.mark.parametrize("scenario, error, fragment", [
+    ("fold-raise", "RuntimeError", "injected fold failure on rank 1"),
+    ("sigint", "KeyboardInterrupt", "KeyboardInterrupt"),
+])
+def test_a_rank_failing_mid_call_stops_its_peers_at_once(tmp_path: Path, scenario: str, error: str,
+                                                         fragment: str) -> None:
+    """Rank 1 fails inside the ring (a fold raises; Ctrl-C): it marks the communicator failed with
+    its error before re-raising, and ranks 0 and 2, whose waits poll the marks, raise
+    PeerFailedError naming rank 1 and its error within QUICK seconds, not after the 60 s timeout
+    (before issue 17 they waited for the whole timeout)."""
+    job = run_scenario(tmp_path, scenario, victim=1, timeout=60.0, limit=45.0, auto_cleanup=False)
+    victim = job.event(1, "fault")
+    assert victim["outcome"] == "error" and victim["error"] == error, job.explain()
+    for r in (0, 2):
+        facts = job.event(r, "fault")
+        assert facts["outcome"] == "error" and facts["error"] == "PeerFailedError", job.explain()
+        assert "rank 1 failed with" in facts["message"] and fragment in facts["message"], facts
+        assert facts["elapsed"] < QUICK, f"rank {r} raised after {facts['elapsed']:.2f} s"
+        assert facts["input_intact"], facts
+        assert facts["output"]["correct"] < COUNT, facts  # never a success
+
+
+def test_the_callers_seterr_does_not_reach_the_folds(tmp_path: Path) -> None:
+    """Rank 1 runs under np.seterr(all="raise") and the float16 sum overflows: folds run under
+    their own errstate, so every rank gets inf (IEEE), none raises FloatingPointError (before:
+    rank 1 raised and its peers waited for the timeout)."""
+    job = run_scenario(tmp_path, "seterr", victim=1, timeout=60.0, limit=45.0, auto_cleanup=False)
+    for r in range(3):
+        facts = job.event(r, "fault")
+        assert facts["outcome"] == "ok" and facts["all_inf"], job.explain()
+
+
+def test_the_timeout_bounds_the_whole_call(tmp_path: Path) -> None:
+    """Rank 1 enters call 2 0.9 timeouts late (the agreement check waits for it), then stalls
+    in the ring: ranks 0 and 2 raise MpiringTimeoutError one timeout after the call began, not
+    after 1.9 (each wait had a timeout of its own before issue 17)."""
+    timeout = 2.0
+    job = run_scenario(tmp_path, "late", victim=1, timeout=timeout, limit=40.0, auto_cleanup=False)
+    errors = []
+    for r in (0, 2):  # one times out; the other may stop earlier, on its failure mark
+        facts = job.event(r, "fault")
+        errors.append(facts["error"])
+        assert facts["outcome"] == "error", job.explain()
+        assert facts["elapsed"] < 1.4 * timeout, f"rank {r}: {facts['elapsed']:.2f} s"
+    assert "MpiringTimeoutError" in errors and set(errors) <= {"MpiringTimeoutError", "PeerFailedError"}

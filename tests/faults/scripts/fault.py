@@ -22,6 +22,11 @@ Scenarios (``VICTIM`` is the faulty rank; the communicator's timeout is ``MPIRIN
   sleeps at random steps. ``MPIRING_FAULT_UNSAFE=1`` turns the pipeline's waits off (the
   test's proof that it can see wrong data).
 * ``setup``: the victim never creates the communicator.
+* ``fold-raise``: the victim's 5th fold of call 2 raises (issue 17: peers must stop at once).
+* ``sigint``: the victim gets SIGINT (Ctrl-C) at its 10th send of call 2.
+* ``seterr``: the victim runs under ``np.seterr(all="raise")``; call 2 overflows float16.
+* ``late``: the victim enters call 2 0.9 timeouts late, then stalls at its 10th send: the
+  timeout bounds the whole call on its peers, not each wait.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ def call(comm: mpiring.Communicator, label: str, count: int = COUNT, dtype: Any 
     try:
         comm.Allreduce(x, out, op=op)
         facts["outcome"] = "ok"
-    except Exception as err:  # recorded for the test to judge
+    except BaseException as err:  # recorded for the test to judge (KeyboardInterrupt too)
         facts.update(outcome="error", error=type(err).__name__, message=str(err))
         for name in ("peer", "algorithm", "step", "seq"):
             if hasattr(err, name):
@@ -217,6 +222,38 @@ def main() -> None:
         if scenario == "stop":  # after the victim resumed and gave up: did anyone write here since?
             wait_for([victim], float(os.environ["MPIRING_FAULT_RESUME"]) + 3 * timeout)
             state["output_after_victim_resumed"] = classify(out, expected(COUNT))
+    elif scenario in ("fold-raise", "sigint", "late"):
+        if rank == victim and scenario == "fold-raise":
+            link, folds = comm._host.transport, [0]
+            fold = link.fold
+
+            def failing(*args: Any) -> None:
+                folds[0] += 1
+                if folds[0] == 5:
+                    raise RuntimeError(f"injected fold failure on rank {rank}")
+                fold(*args)
+
+            link.fold = failing
+        elif rank == victim and scenario == "sigint":
+            sabotage(comm, 10, lambda: os.kill(os.getpid(), signal.SIGINT))
+        elif rank == victim:
+            time.sleep(0.9 * timeout)
+            sabotage(comm, 10, lambda: time.sleep(5 * timeout))
+        call(comm, "fault")
+        state["recorded"] = True
+        save()
+        wait_for(others, 3 * timeout)
+    elif scenario == "seterr":
+        if rank == victim:
+            np.seterr(all="raise")
+        start = time.monotonic()
+        try:
+            out = comm.allreduce(np.full(COUNT, 60000, dtype=np.float16))
+            event(call="fault", outcome="ok", elapsed=time.monotonic() - start,
+                  all_inf=bool(np.isposinf(out).all()))
+        except Exception as err:  # recorded for the test to judge
+            event(call="fault", outcome="error", error=type(err).__name__, message=str(err),
+                  elapsed=time.monotonic() - start)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     state["recorded"] = True
