@@ -13,7 +13,7 @@ Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mpi4py import MPI
 
@@ -21,7 +21,7 @@ from . import algorithms
 from .algorithms import AUTO, Algorithm, Call, Collective
 from .algorithms import auto as auto_table
 from .algorithms.base import Run
-from .buffers import Memory, check_pair, describe
+from .buffers import Buffer, Memory, check_pair, describe
 from .errors import InvalidArgumentError, UnavailableError
 from .ops import Op, check_op_dtype, dtype_code, normalize_op
 from .options import check_batches
@@ -34,7 +34,18 @@ MEMO_ENTRIES = 4096  # resolved rows kept per communicator
 
 
 @dataclass(frozen=True)
-class Prepared:
+class Plan:
+    """What a call of one shape runs, decided once (see :meth:`Dispatcher.prepare`)."""
+
+    row: Algorithm
+    run: Run
+    backend: Backend
+    values: dict[str, int]  # what the agreement check compares (never modified)
+    op: Op  # what the row runs (avg: sum, then a division pass)
+    in_place: bool
+
+
+class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immutable record
     call: Call
     row: Algorithm
     run: Run  # the row's entry for the collective
@@ -52,6 +63,7 @@ class Dispatcher:
         self.algorithm, self.batches, self.forced = algorithm, batches, forced
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
         self._memo: dict[tuple, Algorithm] = {}
+        self._plans: dict[tuple, Plan] = {}
 
     def backend(self, memory: Memory) -> Backend:
         if memory is Memory.HOST:
@@ -65,13 +77,38 @@ class Dispatcher:
 
     def prepare(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
                 algorithm: str | None, batches: int | None) -> Prepared:
-        """Describe and check one call on this rank: raises what is wrong with it here."""
+        """Describe and check one call on this rank: raises what is wrong with it here.
+
+        Hot path: every check and decision below depends only on the call's shape (the
+        buffers' addresses, counts, dtype, memory and read-only flag, the op, the algorithm
+        and batches asked for) and on this communicator's fixed settings, so it is made once
+        per shape and kept (a :class:`Plan`; bounded, keeps no reference to the buffers).
+        Only the buffers' descriptions are made afresh at every call."""
         nb = self.batches if batches is None else check_batches(batches)
         the_op = normalize_op(op)
+        if algorithm is not None and type(algorithm) is not str:  # e.g. a list: not a key
+            algorithm = algorithms.check_name(algorithm)
         recv = describe(recvbuf, "recvbuf")
-        backend = self.backend(recv.memory)
         in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
         send = recv if in_place else describe(sendbuf, "sendbuf")
+        key = (collective, the_op, nb, algorithm, algorithms.version(), recv.address, recv.count,
+               recv.dtype, recv.memory, recv.readonly,
+               None if in_place else (send.address, send.count, send.dtype, send.memory))
+        plan = self._plans.get(key)
+        # A row that cannot be captured is asked afresh whether a graph is being captured now.
+        if plan is None or not (plan.row.graph_capturable or not plan.backend.capturing()):
+            plan = self._plan(collective, send, recv, in_place, the_op, algorithm, nb)
+            if plan.row.graph_capturable or not plan.backend.capturing():
+                if len(self._plans) >= MEMO_ENTRIES:  # bounded: shapes vary without end in some programs
+                    self._plans.clear()
+                self._plans[key] = plan
+        call = Call(None if plan.in_place else send, recv, plan.op, nb)
+        return Prepared(call, plan.row, plan.run, plan.backend, plan.values)
+
+    def _plan(self, collective: Collective, send: Buffer, recv: Buffer, in_place: bool, the_op: Op,
+              algorithm: str | None, nb: int | None) -> Plan:
+        """Every check of one call's shape on this rank, and what runs it (see :meth:`prepare`)."""
+        backend = self.backend(recv.memory)
         if collective is Collective.ALLREDUCE:
             in_place = in_place or check_pair(send, recv)
         else:
@@ -92,13 +129,10 @@ class Dispatcher:
             if self.topology.size == 1:  # the average of one input is that input: a sum
                 the_op = Op.SUM
             elif not row.averages:  # sum, then divide what this rank receives by the rank count
-                size = self.topology.size
-                result = recv if collective is Collective.ALLREDUCE else recv.part(0, total // size)
-                the_op, run = Op.SUM, _then_average(run, result, size)
-        call = Call(None if in_place else send, recv, the_op, nb)
+                the_op, run = Op.SUM, _then_average(run, collective, self.topology.size)
         if row.check is not None:
-            row.check(backend, call)
-        return Prepared(call, row, run, backend, values)
+            row.check(backend, Call(None if in_place else send, recv, the_op, nb))
+        return Plan(row, run, backend, values, the_op, in_place)
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:
@@ -110,6 +144,8 @@ class Dispatcher:
         are memoized per (arguments, table version); errors are not, nor auto's answers given
         while a graph is being captured (it then picks among capturable rows only: an eager
         call must not inherit that choice)."""
+        if algorithm is not None and type(algorithm) is not str:  # e.g. a list: not a key
+            algorithm = algorithms.check_name(algorithm)
         key = (nbytes, memory, algorithm, collective, algorithms.version())
         hit = self._memo.get(key)
         if hit is not None and (hit.graph_capturable or not self.backend(memory).capturing()):
@@ -188,11 +224,18 @@ class Dispatcher:
         return first
 
 
-def _then_average(run: Run, result: Any, ranks: int) -> Run:
-    """``run`` (a sum), then ``result /= ranks``: op ``avg`` on a row without its own."""
+def _then_average(run: Run, collective: Collective, ranks: int) -> Run:
+    """``run`` (a sum), then divide what this rank received by ``ranks``: op ``avg`` on a row
+    without its own. Allreduce: all of recv; reduce-scatter: this rank's block, the first
+    ``total / ranks`` elements of recv (in place, recv holds all ``total``)."""
     def run_then_average(backend: Backend, call: Call) -> None:
         run(backend, call)
-        backend.average(result, ranks)
+        recv = call.recv
+        if collective is Collective.ALLREDUCE:
+            backend.average(recv, ranks)
+        else:
+            total = recv.count if call.send is None else call.send.count
+            backend.average(recv.part(0, total // ranks), ranks)
     return run_then_average
 
 

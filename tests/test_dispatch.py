@@ -146,3 +146,122 @@ def test_a_choice_made_while_capturing_is_not_kept_for_eager_calls(collective: C
     gpu.capture = False
     assert d.row(size, Memory.CUDA, None, collective).name == "ring"
     assert d.row(size + 4, Memory.CUDA, None, collective).name == "ring"
+
+
+class CountingHost(FakeHost):
+    """A host backend that counts the per-shape checks the dispatcher asks of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checked = 0
+
+    def check_buffer(self, buf, role) -> None:
+        self.checked += 1
+
+
+def host_dispatcher(host: FakeHost, ranks: int = 2) -> Dispatcher:
+    return Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0] * ranks), host=host, gpu=None)
+
+
+def test_a_shape_is_checked_once_and_each_call_gets_its_own_buffers() -> None:
+    """The plan of a shape is reused (no second check), but the call it returns describes the
+    arrays of this call, and the agreement values are those of the shape."""
+    host = CountingHost()
+    d = host_dispatcher(host)
+    pool = np.zeros(64, np.float32)
+    send, recv = pool[:16], pool[32:48]
+    first = d.prepare(Collective.ALLREDUCE, send, recv, MPI.SUM, "ring", None)
+    assert host.checked == 2
+    again = d.prepare(Collective.ALLREDUCE, send.view(), recv.view(), "sum", "ring", None)
+    assert host.checked == 2 and again.values == first.values and again.row is first.row
+    assert again.call.recv.owner is not first.call.recv.owner  # this call's own description
+    other = d.prepare(Collective.ALLREDUCE, pool[16:32], recv, MPI.SUM, "ring", None)  # a new address
+    assert host.checked == 4 and other.call.send.address == send.__array_interface__["data"][0] + 64
+
+
+@pytest.mark.parametrize("change", ["readonly", "overlap", "dtype", "count", "op", "batches"])
+def test_every_part_of_a_shape_is_checked_afresh_when_it_changes(change: str) -> None:
+    """A cached plan never lets through a call that differs from it in anything the checks
+    look at: each variant of a good call raises (or is checked anew) as it would uncached."""
+    d = host_dispatcher(CountingHost())
+    pool = np.zeros(64, np.float32)
+    send, recv = pool[:16], pool[32:48]
+    d.prepare(Collective.ALLREDUCE, send, recv, MPI.SUM, "ring", None)
+    if change == "readonly":
+        frozen = recv.view()
+        frozen.flags.writeable = False
+        with pytest.raises(InvalidArgumentError, match="read-only"):
+            d.prepare(Collective.ALLREDUCE, send, frozen, MPI.SUM, "ring", None)
+    elif change == "overlap":
+        with pytest.raises(InvalidArgumentError, match="partially overlap"):
+            d.prepare(Collective.ALLREDUCE, pool[24:40], recv, MPI.SUM, "ring", None)
+    elif change == "dtype":
+        with pytest.raises(InvalidArgumentError, match="must match"):
+            d.prepare(Collective.ALLREDUCE, send.view(np.int32), recv, MPI.SUM, "ring", None)
+    elif change == "count":
+        with pytest.raises(InvalidArgumentError, match="elements"):
+            d.prepare(Collective.ALLREDUCE, pool[:15], recv, MPI.SUM, "ring", None)
+    elif change == "op":
+        ints = np.zeros(16, np.int64)
+        d.prepare(Collective.ALLREDUCE, ints, np.zeros(16, np.int64), "sum", "ring", None)
+        with pytest.raises(InvalidArgumentError, match="avg"):
+            d.prepare(Collective.ALLREDUCE, ints, np.zeros(16, np.int64), "avg", "ring", None)
+    else:
+        with pytest.raises(InvalidArgumentError, match="batches"):
+            d.prepare(Collective.ALLREDUCE, send, recv, MPI.SUM, "ring", 0)
+
+
+def test_a_plan_keeps_no_reference_to_the_buffers() -> None:
+    """Plans are kept per communicator: they must not keep a user's (possibly large) arrays alive."""
+    import gc
+    import weakref
+
+    d = host_dispatcher(CountingHost())
+    for algo in ("ring", "mpi"):
+        for op in ("sum", "avg"):
+            send, recv = np.ones(1 << 16, np.float32), np.zeros(1 << 16, np.float32)
+            alive = weakref.ref(send), weakref.ref(recv)
+            d.prepare(Collective.ALLREDUCE, send, recv, op, algo, None)
+            del send, recv
+            gc.collect()
+            assert alive[0]() is None and alive[1]() is None
+    assert d._plans
+
+
+def test_plans_are_bounded_and_an_unhashable_algorithm_is_named() -> None:
+    from mpiring.dispatch import MEMO_ENTRIES
+
+    d = host_dispatcher(CountingHost())
+    pool = np.zeros(MEMO_ENTRIES + 8, np.float32)
+    for start in range(MEMO_ENTRIES + 8):
+        d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[start:start + 1], MPI.SUM, "ring", None)
+    assert 0 < len(d._plans) <= MEMO_ENTRIES
+    with pytest.raises(InvalidArgumentError, match=r"unknown algorithm \"\['ring'\]\""):
+        d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[:4], MPI.SUM, ["ring"], None)
+    with pytest.raises(InvalidArgumentError, match="unknown algorithm"):
+        d.row(4, Memory.HOST, {"ring"})
+
+
+def test_a_cached_plan_still_refuses_a_ring_once_a_capture_began() -> None:
+    """The plan of an uncapturable row is asked whether a graph is being captured at every call."""
+    gpu = FakeGpu()
+    d = dispatcher(gpu)
+    buf = np.zeros(8, np.float32)
+    # Describe a host array as if it were device memory: the dispatcher only reads the description.
+    from mpiring import buffers
+
+    desc = buffers.describe(buf, "recvbuf")
+    fake = buffers.Buffer(Memory.CUDA, desc.address, desc.count, desc.dtype, False, None, buf)
+    original = buffers.describe
+    try:
+        import mpiring.dispatch as dispatch_module
+
+        dispatch_module.describe = lambda obj, role: fake
+        gpu.check_buffer = lambda b, role: None
+        gpu.run_ring = None
+        assert d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, "ring", None).row.name == "ring"
+        gpu.capture = True
+        with pytest.raises(InvalidArgumentError, match="captured"):
+            d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, "ring", None)
+    finally:
+        dispatch_module.describe = original

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -51,9 +51,9 @@ class Scope(enum.Enum):
     ANY = "any"  # any communicator, on one node or many
 
 
-@dataclass(frozen=True)
-class Call:
-    """One allreduce as an algorithm receives it: checked, agreed on by every rank."""
+class Call(NamedTuple):
+    """One allreduce as an algorithm receives it: checked, agreed on by every rank.
+    (Immutable; built once per call, so a NamedTuple: cheaper than a frozen dataclass.)"""
 
     send: Buffer | None  # None: in place (the input is recv)
     recv: Buffer
