@@ -30,6 +30,7 @@ import numpy as np
 from ..ops import Op
 from . import sources
 from .contract import CONTROL, DIRECT_THREADS
+from .launcher import PackedLaunch, function_handle
 from .layout import StagingLayout
 
 THREADS = DIRECT_THREADS  # the kernels' __launch_bounds__: launching more threads would fail
@@ -77,19 +78,20 @@ class DirectKernels:
         rt = cupy.cuda.runtime
         rt.memcpy(self._ctl_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
         rt.deviceSynchronize()  # set-up only: the table has landed before any stream reads it
-        self._functions: dict[tuple[str, np.dtype, Op], object] = {}
+        self._functions: dict[tuple[str, np.dtype, Op], int] = {}
+        # (in, out, n, ctl, vec): the kernels' parameters, as csrc/direct.cu declares them.
+        self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32"), THREADS)
 
-    def _function(self, kind: str, dtype: np.dtype, op: Op):
+    def _function(self, kind: str, dtype: np.dtype, op: Op) -> int:
         key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)
         if fn is None:
-            fn = _module().get_function(sources.kernel_name(kind, np.dtype(dtype).name, op))
+            fn = function_handle(_module().get_function(sources.kernel_name(kind, np.dtype(dtype).name, op)))
             self._functions[key] = fn
         return fn
 
     def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """Enqueue one ``kind`` ("oneshot" or "twoshot") allreduce of ``count`` elements."""
-        fn = self._function(kind, dtype, op)
-        vectorized = np.int32((src | out) % 16 == 0)
-        fn((self.blocks,), (THREADS,), (src, out, np.int64(count), self._ctl_ptr, vectorized),
-           stream=stream)
+        vectorized = int((src | out) % 16 == 0)
+        self._launch(self._function(kind, dtype, op), self.blocks, stream.ptr,
+                     src, out, count, self._ctl_ptr, vectorized)

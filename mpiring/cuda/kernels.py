@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ops import Op
 from . import sources
+from .launcher import PackedLaunch, function_handle
 
 THREADS = 256
 _SOURCE = "fold.cu"
@@ -30,6 +31,10 @@ def _module():
 
     return cupy.RawModule(code=sources.source(_SOURCE), options=sources.OPTIONS,
                           name_expressions=sources.name_expressions(_SOURCE))
+
+def _handle(name: str) -> int:
+    """The ``CUfunction`` of kernel ``name`` of the fold module."""
+    return function_handle(_module().get_function(name))
 
 
 class FoldKernel:
@@ -44,29 +49,32 @@ class FoldKernel:
 
         sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
         self.max_blocks = max_blocks or 4 * sms
-        self._guard = (np.uint64(abort), np.uint64(status))
-        self._functions: dict[tuple[np.dtype, Op], object] = {}
-        self._copies: dict[int, object] = {}
-        self._averages: dict[str, object] = {}
+        self._guard = (abort, status)  # the kernels' last two parameters: abort word, status block
+        self._functions: dict[tuple[np.dtype, Op], int] = {}
+        self._copies: dict[int, int] = {}
+        self._averages: dict[str, int] = {}
+        # The parameters as csrc/fold.cu declares them (mpiring.cuda.launcher).
+        self._fold = PackedLaunch(("ptr", "ptr", "ptr", "i64", "i32", "ptr", "ptr"), THREADS)
+        self._copy = PackedLaunch(("ptr", "ptr", "i64", "ptr", "ptr"), THREADS)
+        self._average = PackedLaunch(("ptr", "i64", "i32", "ptr", "ptr"), THREADS)
 
-    def function(self, dtype: np.dtype, op: Op):
+    def function(self, dtype: np.dtype, op: Op) -> int:
         """The compiled kernel for ``dtype`` and ``op`` (compiled on first use, then cached)."""
         key = (dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)
         if fn is None:
-            fn = _module().get_function(sources.kernel_name("fold", np.dtype(dtype).name, op))
+            fn = _handle(sources.kernel_name("fold", np.dtype(dtype).name, op))
             self._functions[key] = fn
         return fn
 
-    def launch(self, fn, out: int, inp: int, slot: int, count: int, itemsize: int, stream) -> None:
+    def launch(self, fn: int, out: int, inp: int, slot: int, count: int, itemsize: int, stream) -> None:
         """Enqueue ``out[:count] = inp[:count] (op) slot[:count]`` on ``stream`` (raw pointers)."""
         if count == 0:
             return
         vectorized = (out | inp | slot) % 16 == 0
         per_thread = 16 // itemsize if vectorized else 1
         blocks = min(self.max_blocks, -(-count // (THREADS * per_thread)))
-        fn((blocks,), (THREADS,), (out, inp, slot, np.int64(count), np.int32(vectorized), *self._guard),
-           stream=stream)
+        self._fold(fn, blocks, stream.ptr, out, inp, slot, count, int(vectorized), *self._guard)
 
     def average(self, out: int, count: int, dtype: np.dtype, ranks: int, stream) -> None:
         """Enqueue ``out[:count] /= ranks`` (op avg; floating types), skipped once aborted."""
@@ -75,9 +83,9 @@ class FoldKernel:
         name = np.dtype(dtype).name
         fn = self._averages.get(name)
         if fn is None:
-            fn = self._averages[name] = _module().get_function(sources.average_name(name))
+            fn = self._averages[name] = _handle(sources.average_name(name))
         blocks = min(self.max_blocks, -(-count // THREADS))
-        fn((blocks,), (THREADS,), (out, np.int64(count), np.int32(ranks), *self._guard), stream=stream)
+        self._average(fn, blocks, stream.ptr, out, count, ranks, *self._guard)
 
     def copy(self, out: int, src: int, nbytes: int, stream) -> None:
         """Enqueue ``out[:nbytes] = src[:nbytes]`` on ``stream``, skipped once aborted."""
@@ -86,7 +94,7 @@ class FoldKernel:
         unit = next(u for u in sources.COPY_UNITS if (out | src | nbytes) % u == 0)
         fn = self._copies.get(unit)
         if fn is None:
-            fn = self._copies[unit] = _module().get_function(sources.copy_name(unit))
+            fn = self._copies[unit] = _handle(sources.copy_name(unit))
         n = nbytes // unit
         blocks = min(self.max_blocks, -(-n // THREADS))
-        fn((blocks,), (THREADS,), (out, src, np.int64(n), *self._guard), stream=stream)
+        self._copy(fn, blocks, stream.ptr, out, src, n, *self._guard)

@@ -1,0 +1,57 @@
+"""mpiring.cuda.launcher: the argument buffer a packed launch hands to cuLaunchKernel holds,
+behind each of its pointers, exactly the value of that argument (read back as the driver
+does: through the void* array), and rewriting it for the next launch leaves earlier launches'
+values to the driver (which copied them)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpiring.cuda.launcher import PackedLaunch
+
+KINDS = {"ptr": (ctypes.c_uint64, st.integers(0, 2**64 - 1)),
+         "i64": (ctypes.c_int64, st.integers(-(2**63), 2**63 - 1)),
+         "i32": (ctypes.c_int32, st.integers(-(2**31), 2**31 - 1))}
+
+
+class Driver:
+    """Reads the parameters as cuLaunchKernel would, from kernelParams (a void*[])."""
+
+    def __init__(self, params: tuple[str, ...]) -> None:
+        self.params, self.launches = params, []
+
+    def __call__(self, f, gx, gy, gz, bx, by, bz, shmem, stream, kernel_params, extra) -> None:
+        slots = (ctypes.c_void_p * len(self.params)).from_address(kernel_params)
+        values = [KINDS[p][0].from_address(slots[i]).value for i, p in enumerate(self.params)]
+        self.launches.append(((f, gx, gy, gz, bx, by, bz, shmem, stream, extra), values))
+
+
+@given(st.data())
+def test_each_parameter_reads_back_exactly(data) -> None:
+    params = tuple(data.draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=8)))
+    driver = Driver(params)
+    launch = PackedLaunch(params, 256, driver_launch=driver)
+    for _ in range(3):  # the same buffer, rewritten per launch
+        args = [data.draw(KINDS[p][1]) for p in params]
+        launch(1234, 7, 99, *args)
+        assert driver.launches[-1] == ((1234, 7, 1, 1, 256, 1, 1, 0, 99, 0), args)
+
+
+def test_the_kernels_signatures_pack() -> None:
+    """The parameter lists mpiring launches with (direct.cu's oneshot/twoshot, fold.cu's fold,
+    copy and average) pack their arguments into distinct 8-byte slots."""
+    for params, args in ((("ptr", "ptr", "i64", "ptr", "i32"), (1 << 47, (1 << 47) + 64, 1 << 40, 5, 1)),
+                         (("ptr", "ptr", "ptr", "i64", "i32", "ptr", "ptr"), (1, 2, 3, 4, 0, 6, 7)),
+                         (("ptr", "i64", "i32", "ptr", "ptr"), (8, 1 << 33, 4, 9, 10))):
+        driver = Driver(params)
+        PackedLaunch(params, 128, driver_launch=driver)(1, 1, 1, *args)
+        assert driver.launches == [((1, 1, 1, 1, 128, 1, 1, 0, 1, 0), list(args))]
+
+
+def test_an_unknown_parameter_kind_is_refused() -> None:
+    with pytest.raises(KeyError):
+        PackedLaunch(("float",), 32, driver_launch=Driver(()))
