@@ -7,13 +7,23 @@ communicator and waits, bounded, for theirs; on expiry it knows who arrived ("3 
 joined (missing: rank 3)"). Only then is the communicator duplicated (``MPI_Comm_idup``, also
 bounded), so the blocking collectives of the rest of set-up start with every rank present.
 
-Each call (:class:`AgreementCheck`): one nonblocking ``MPI_Iallreduce`` of a few int64s,
-polled until done or the timeout. Each rank contributes, for every field, ``(value, -value)``;
-a MAX reduction then yields the largest and (negated) smallest value of every field at once.
-A rank whose own arguments were rejected contributes its rank + 1 in the first field. Each
-rank also counts the checks it entered in node shared memory, so a rank that times out can
-name the ranks that never arrived. Cost: one small allreduce per call (microseconds on one
-node); switch it off with ``check=False`` or ``MPIRING_CHECK=0``.
+Each call (:class:`AgreementCheck`) compares one descriptor per rank: a rejection code (its
+rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (``FIELDS``).
+
+* **One node** (every rank of the communicator shares the node's control board): each rank
+  writes its descriptor into its board line ``AGREE[k % 2]`` for check ``k``, then posts
+  ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible before
+  the count); it waits, bounded, until every rank's count reaches ``k``, fences, and reads
+  every descriptor. No MPI call: about a microsecond when the ranks arrive together. Two
+  lines suffice: a rank writes line ``k % 2`` again only at check ``k + 2``, after it saw
+  every rank post ``k + 1``, which each rank does only after it finished reading check ``k``.
+* **Several nodes**: one nonblocking ``MPI_Iallreduce`` of a few int64s, polled until done
+  or the timeout. Each rank contributes, for every field, ``(value, -value)``; a MAX
+  reduction then yields the largest and (negated) smallest value of every field at once.
+
+Either way each rank counts the checks it entered in node shared memory, so a rank that
+times out can name the ranks that never arrived. Switch the check off with ``check=False``
+or ``MPIRING_CHECK=0``; a communicator of one rank skips it (no one to disagree with).
 
 What a timeout leaves behind: MPI cannot cancel a collective, so the timed-out ``Iallreduce``
 (or ``Idup``) stays pending, with its buffers, for the life of the process. The communicator it
@@ -32,7 +42,7 @@ from mpi4py import MPI
 
 from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 from .ops import Op, dtype_name
-from .signals import CALLS, SharedBoard, Waiter
+from .signals import AGREE, CALLS, SharedBoard, Waiter
 
 FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory", "collective")
 
@@ -161,13 +171,15 @@ class AgreementCheck:
         collective_name: the name of a collective's wire code, likewise (optional).
         board_ranks: the communicator rank of each row of ``board`` (default: the same
             numbers); a board covers one node, so on several nodes it names only this node's.
+        use_board: compare the descriptors in ``board`` when it holds every rank (one node)
+            and the check is bounded; False: always by MPI (tests compare the two).
     """
 
     def __init__(self, comm: MPI.Intracomm, timeout: float | None = None,
                  board: SharedBoard | None = None,
                  algorithm_name: Callable[[int], str] | None = None,
                  collective_name: Callable[[int], str] | None = None,
-                 board_ranks: Sequence[int] | None = None) -> None:
+                 board_ranks: Sequence[int] | None = None, use_board: bool = True) -> None:
         self.comm = comm
         # How each field's wire code reads in an error ("float32", not "dtype 2").
         self.names: dict[str, Callable[[int], str]] = {
@@ -183,6 +195,12 @@ class AgreementCheck:
         self.calls = 0  # checks entered by this rank: the sequence number of a call
         self._send = np.zeros(1 + 2 * len(FIELDS), dtype=np.int64)
         self._recv = np.zeros_like(self._send)
+        # One node: the board's lines hold the descriptors (module docstring), else MPI.
+        self._lines: list[list[np.ndarray]] | None = None
+        self._counts: list[np.ndarray] | None = None
+        if use_board and board is not None and self.waiter is not None and board.size == comm.size:
+            self._lines = [[board.lines[r][i] for r in range(board.size)] for i in AGREE]
+            self._counts = list(board.counters)
 
     def run(self, rejected: bool, values: dict[str, int], algorithm: str | None = None) -> None:
         """Raise on every rank if any rank rejected its arguments or the ranks disagree.
@@ -191,14 +209,18 @@ class AgreementCheck:
         the check's allreduce then stays pending, and ``comm`` must not be used again.
         """
         self.calls += 1
-        if self.board is not None:
-            self.board.post(self.board.rank, CALLS, self.calls)
-        self._send[0] = self.comm.rank + 1 if rejected else 0
-        for i, name in enumerate(FIELDS):
-            v = values[name]
-            self._send[1 + 2 * i] = v
-            self._send[2 + 2 * i] = -v
-        self._reduce(algorithm)
+        code = self.comm.rank + 1 if rejected else 0
+        if self._lines is not None:
+            self._agree_in_board(code, values, algorithm)
+        else:
+            if self.board is not None:
+                self.board.post(self.board.rank, CALLS, self.calls)
+            self._send[0] = code
+            for i, name in enumerate(FIELDS):
+                v = values[name]
+                self._send[1 + 2 * i] = v
+                self._send[2 + 2 * i] = -v
+            self._reduce(algorithm)
         if rejected:
             return  # the caller raises its own, more precise error
         if self._recv[0]:
@@ -219,6 +241,36 @@ class AgreementCheck:
                 "must pass the same count, dtype, op, algorithm, batches and memory kind, to the "
                 "same collective"
             )
+
+    def _agree_in_board(self, code: int, values: dict[str, int], algorithm: str | None) -> None:
+        """The check of one node, in the control board; leaves in ``self._recv`` what the MPI
+        reduction would (max of the codes; per field, the largest value and minus the smallest)."""
+        board, waiter, counts, k = self.board, self.waiter, self._counts, self.calls
+        assert board is not None and waiter is not None and counts is not None and self._lines is not None
+        lines = self._lines[k & 1]
+        mine = [code, *(values[name] for name in FIELDS)]
+        lines[board.rank][:] = mine
+        board.post(board.rank, CALLS, k)  # fences first: the descriptor is visible before the count
+        try:
+            waiter.until(lambda: all(row[CALLS] >= k for row in counts), self._absent, hint=CHECK_HINT)
+        except MpiringTimeoutError as err:
+            absent = self._absent_ranks()
+            err.peer = absent[0] if len(absent) == 1 else None
+            where = f"in the agreement check of call {k}" + (f" (algorithm {algorithm})" if algorithm else "")
+            err.locate(where, algorithm=algorithm, step="agreement check", seq=k)
+            raise
+        board.fence()  # every count seen: now the descriptors they announce
+        rows = [line.tolist() for line in lines]
+        recv = self._recv
+        if all(row == mine for row in rows):  # the common case: everyone agrees
+            recv[0] = code
+            for i, v in enumerate(mine[1:]):
+                recv[1 + 2 * i], recv[2 + 2 * i] = v, -v
+            return
+        recv[0] = max(row[0] for row in rows)
+        for i in range(len(FIELDS)):
+            column = [row[1 + i] for row in rows]
+            recv[1 + 2 * i], recv[2 + 2 * i] = max(column), -min(column)
 
     def _reduce(self, algorithm: str | None) -> None:
         if self.waiter is None:

@@ -290,7 +290,7 @@ class Communicator:
                 values.update(prepared.values)
             except Exception as err:  # any local failure must reach the peers, or they hang
                 rejected = err
-            if self.check:
+            if self.check and self.size > 1:  # one rank has no one to disagree with
                 self._agree(rejected is not None, values)
             if rejected is not None:
                 raise rejected

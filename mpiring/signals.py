@@ -43,6 +43,9 @@ CALLS = 8  # agreement checks this rank has entered (by this rank): names the ra
 CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY or ABANDONED
 CLOSE_READY, ABANDONED = 1, 2
 FAILED = 10  # nonzero once this rank's communicator failed (by this rank): peers stop at once
+# Not counters: whole 64-byte lines holding this rank's descriptor of agreement check k in
+# line AGREE[k % 2] (8 int64 words: mpiring.agreement), written before CALLS announces k.
+AGREE = (11, 12)
 
 ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
 ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close
@@ -70,13 +73,15 @@ class SharedBoard:
         local = HEADER_BYTES + payload_bytes
         self.win = MPI.Win.Allocate_shared(local, 1, comm=node_comm)
         self.counters: list[np.ndarray] = []
+        self.lines: list[np.ndarray] = []  # per rank: (NUM_COUNTERS, COUNTER_STRIDE) int64, whole lines
         self.payloads: list[np.ndarray] = []
         for r in range(self.size):
             mem, _ = self.win.Shared_query(r)
             raw = np.frombuffer(mem, dtype=np.uint8)
+            self.lines.append(raw[:HEADER_BYTES].view(np.int64).reshape(NUM_COUNTERS, COUNTER_STRIDE))
             self.counters.append(raw[:HEADER_BYTES].view(np.int64)[::COUNTER_STRIDE])
             self.payloads.append(raw[HEADER_BYTES:HEADER_BYTES + payload_bytes])
-        self.counters[self.rank][:] = 0
+        self.lines[self.rank][:] = 0  # every counter and the agreement lines
         self.win.Lock_all(MPI.MODE_NOCHECK)
         self.win.Sync()
         self.waiter.barrier(node_comm, "every rank to zero its counters")  # before anyone reads a peer's row
@@ -108,6 +113,7 @@ class SharedBoard:
             return
         rows = list(self.counters)
         self.counters.clear()  # no view of the window outlives it
+        self.lines.clear()
         self.payloads.clear()
         win, self.win = self.win, MPI.WIN_NULL  # closed from here on, whatever happens below
         if abandon:

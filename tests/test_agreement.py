@@ -11,6 +11,7 @@ from mpi4py import MPI
 
 from mpiring.agreement import FIELDS, AgreementCheck, all_ranks, join
 from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
+from mpiring.signals import COUNTER_STRIDE, NUM_COUNTERS
 
 GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1}
 
@@ -151,43 +152,53 @@ class PolledRequest:
 
 
 class FakeBoard:
-    """Per-rank call counters, as SharedBoard keeps them in node shared memory."""
+    """A node's control board as SharedBoard lays it out (per rank: 16 lines of 8 int64 words,
+    counters in word 0), in process memory shared by the threads that stand in for ranks."""
 
-    def __init__(self, rank: int, size: int, rows: list[dict]) -> None:
-        self.rank, self.size, self.rows = rank, size, rows
+    def __init__(self, rank: int, size: int, lines: list[np.ndarray]) -> None:
+        self.rank, self.size, self.lines = rank, size, lines
+        self.counters = [line[:, 0] for line in lines]
 
     def post(self, rank: int, index: int, value: int) -> None:
-        self.rows[rank][index] = value
+        self.counters[rank][index] = value
 
     def read(self, rank: int, index: int) -> int:
-        return self.rows[rank].get(index, 0)
+        return int(self.counters[rank][index])
 
     def fence(self) -> None:
         pass
 
 
-def run_polled(present: list[int], size: int, timeout: float,
-               board: bool = True) -> list[BaseException | None]:
-    """One bounded check on the ranks in ``present`` (the others never call); what each raised."""
+def board_lines(size: int) -> list[np.ndarray]:
+    return [np.zeros((NUM_COUNTERS, COUNTER_STRIDE), dtype=np.int64) for _ in range(size)]
+
+
+def run_polled(present: list[int], size: int, timeout: float, board: bool = True,
+               use_board: bool = False) -> list[BaseException | None]:
+    """One bounded check on the ranks in ``present`` (the others never call); what each raised.
+    ``use_board``: compare in the board (one node) rather than by the (polled) allreduce."""
     shared = {"box": [None] * size, "lock": threading.Lock()}
-    rows: list[dict] = [{} for _ in range(size)]
+    lines = board_lines(size)
 
     def call(r: int) -> None:
-        counters = FakeBoard(r, size, rows) if board else None
-        AgreementCheck(PolledComm(r, size, shared), timeout, counters).run(False, dict(GOOD), "ring")
+        counters = FakeBoard(r, size, lines) if board else None
+        AgreementCheck(PolledComm(r, size, shared), timeout, counters,
+                       use_board=use_board).run(False, dict(GOOD), "ring")
 
     return in_threads(present, size, call)
 
 
-def test_bounded_check_passes_when_everyone_comes() -> None:
+@pytest.mark.parametrize("use_board", [False, True], ids=["by-allreduce", "in-board"])
+def test_bounded_check_passes_when_everyone_comes(use_board: bool) -> None:
     """The polled check gives the same verdict as the blocking one when every rank calls."""
-    assert run_polled([0, 1, 2], 3, 5.0) == [None, None, None]
+    assert run_polled([0, 1, 2], 3, 5.0, use_board=use_board) == [None, None, None]
 
 
-def test_bounded_check_names_the_missing_rank() -> None:
+@pytest.mark.parametrize("use_board", [False, True], ids=["by-allreduce", "in-board"])
+def test_bounded_check_names_the_missing_rank(use_board: bool) -> None:
     """A rank that never calls: the others time out, naming it, the call number and the algorithm."""
     start = time.monotonic()
-    results = run_polled([0, 2, 3], 4, 0.2)
+    results = run_polled([0, 2, 3], 4, 0.2, use_board=use_board)
     assert 0.2 <= time.monotonic() - start < 5
     for r in (0, 2, 3):
         err = results[r]
@@ -199,11 +210,12 @@ def test_bounded_check_names_the_missing_rank() -> None:
         assert (err.rank, err.peer, err.algorithm, err.step, err.seq) == (r, 1, "ring", "agreement check", 1)
 
 
-def test_bounded_check_without_board_or_with_several_missing() -> None:
+@pytest.mark.parametrize("use_board", [False, True], ids=["by-allreduce", "in-board"])
+def test_bounded_check_without_board_or_with_several_missing(use_board: bool) -> None:
     """Without call counters the message says a rank is missing; with two missing, both are named."""
     results = run_polled([0, 1], 3, 0.1, board=False)
     assert "some rank did not call allreduce" in str(results[0]) and results[0].peer is None
-    results = run_polled([0], 3, 0.1)
+    results = run_polled([0], 3, 0.1, use_board=use_board)
     assert "2 of 3 ranks did not call allreduce (rank 1 is at call 0, rank 2 is at call 0)" in str(results[0])
     assert results[0].peer is None
 
@@ -235,3 +247,45 @@ def test_mismatch_errors_name_dtypes_ops_and_memory_not_codes() -> None:
     assert names["op"](3) == "max" and names["op"](9) == "op code 9"
     assert names["memory"](1) == "GPU" and names["algorithm"](1) == "ring"
     assert names["batches"](0) == "default" and names["batches"](4) == "4"
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_board_check_over_many_calls_with_stragglers(size: int) -> None:
+    """The one-node check reuses two board lines per rank: over 1500 calls on changing
+    arguments, with random stragglers, every rank gets exactly the verdict of each call: a
+    mismatch injected by one rank at call k makes every rank raise RankMismatchError at k (no
+    rank reads a descriptor of call k+2 in place of call k's), a rejection makes the others
+    raise PeerArgumentError, and every other call passes."""
+    calls = 1500
+    lines = board_lines(size)
+    shared = {"box": [None] * size, "lock": threading.Lock()}
+    verdicts: list[list[str]] = [[] for _ in range(size)]
+
+    def expected(k: int) -> str:
+        return "mismatch" if k % 97 == 0 else "peer-rejected" if k % 89 == 0 else "ok"
+
+    def rank(r: int) -> None:
+        rng = np.random.default_rng(r)
+        check = AgreementCheck(PolledComm(r, size, shared), 10.0, FakeBoard(r, size, lines), use_board=True)
+        assert check._lines is not None  # the board path, not the allreduce
+        for k in range(1, calls + 1):
+            values = dict(GOOD, count=k * 7 % 1013)
+            if k % 97 == 0 and r == k % size:
+                values["count"] += 1
+            rejected = k % 89 == 0 and r == (k // 89) % size
+            if rng.random() < 0.02:
+                time.sleep(rng.random() * 2e-3)  # a straggler
+            try:
+                check.run(rejected, values)
+                verdicts[r].append("own-rejection" if rejected else "ok")
+            except RankMismatchError:
+                verdicts[r].append("mismatch")
+            except PeerArgumentError:
+                verdicts[r].append("peer-rejected")
+
+    assert in_threads(list(range(size)), size, rank) == [None] * size
+    for r in range(size):
+        want = ["own-rejection" if expected(k) == "peer-rejected" and r == (k // 89) % size else expected(k)
+                for k in range(1, calls + 1)]
+        wrong = [k for k, (got, exp) in enumerate(zip(verdicts[r], want, strict=True), 1) if got != exp]
+        assert not wrong, f"rank {r}: wrong verdicts at calls {wrong[:10]}"
