@@ -131,7 +131,7 @@ def test_avg_refuses_integers_and_ignores_allgather() -> None:
     assert prepared.run is prepared.row.allgather
 
 
-@pytest.mark.parametrize("collective", list(Collective))
+@pytest.mark.parametrize("collective", [Collective.REDUCE_SCATTER, Collective.ALLGATHER])
 def test_a_choice_made_while_capturing_is_not_kept_for_eager_calls(collective: Collective) -> None:
     """auto while capturing picks a capturable row (one rank, the block collectives: nccl); the
     eager calls before and after get the eager choice (the ring), memo or not."""
@@ -146,6 +146,21 @@ def test_a_choice_made_while_capturing_is_not_kept_for_eager_calls(collective: C
     gpu.capture = False
     assert d.row(size, Memory.CUDA, None, collective).name == "ring"
     assert d.row(size + 4, Memory.CUDA, None, collective).name == "ring"
+
+
+def test_one_rank_allreduce_is_a_kernel_copy_then_nccls() -> None:
+    """One rank on a GPU: auto runs two-shot (one launch) up to 4 MiB and NCCL above, eager or
+    while capturing (both can be captured); the ring is no longer auto's pick there."""
+    from mpiring.dispatch import ONE_RANK_KERNEL_BYTES
+
+    gpu = FakeGpu()
+    d = Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0]), host=None, gpu=gpu)
+    for capture in (False, True):
+        gpu.capture = capture
+        assert d.row(1024, Memory.CUDA, None).name == "twoshot"
+        assert d.row(ONE_RANK_KERNEL_BYTES, Memory.CUDA, None).name == "twoshot"
+        assert d.row(ONE_RANK_KERNEL_BYTES + 4, Memory.CUDA, None).name == "nccl"
+        assert d.row(1 << 30, Memory.CUDA, None).name == "nccl"
 
 
 class CountingHost(FakeHost):
