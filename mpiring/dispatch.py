@@ -102,7 +102,9 @@ class Dispatcher:
         # A row that cannot be captured is asked afresh whether a graph is being captured now.
         if plan is None or not (plan.row.graph_capturable or not plan.backend.capturing()):
             plan = self._plan(collective, send, recv, in_place, the_op, algorithm, nb)
-            if plan.row.graph_capturable or not plan.backend.capturing():
+            # Not a plan made while capturing: auto then picks among capturable rows only, and
+            # an eager call must not inherit that choice (as in row()).
+            if not plan.backend.capturing():
                 if len(self._plans) >= MEMO_ENTRIES:  # bounded: shapes vary without end in some programs
                     self._plans.clear()
                 self._plans[key] = plan

@@ -278,5 +278,10 @@ def test_a_cached_plan_still_refuses_a_ring_once_a_capture_began() -> None:
         gpu.capture = True
         with pytest.raises(InvalidArgumentError, match="captured"):
             d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, "ring", None)
+        # One rank, all-gather: auto captures nccl, and the eager calls after run the ring again.
+        alone = Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0]), host=None, gpu=gpu)
+        assert alone.prepare(Collective.ALLGATHER, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name == "nccl"
+        gpu.capture = False
+        assert alone.prepare(Collective.ALLGATHER, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name == "ring"
     finally:
         dispatch_module.describe = original
