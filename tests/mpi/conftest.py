@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from mpi4py import MPI
@@ -33,6 +35,17 @@ def default_comm(world: MPI.Intracomm) -> Iterator[mpiring.Communicator]:
     comm = mpiring.Communicator(world, gpu=False, timeout=RING_TIMEOUT)
     yield comm
     comm.close()
+
+
+@pytest.fixture
+def shared_dir(world: MPI.Intracomm) -> Iterator[Path]:
+    """One temporary directory for all ranks (rank 0's, broadcast)."""
+    tmp = tempfile.TemporaryDirectory(prefix="mpiring-bench-") if world.rank == 0 else None
+    path = Path(world.bcast(tmp.name if tmp else None, root=0))
+    yield path
+    world.Barrier()
+    if tmp:
+        tmp.cleanup()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 from mpi4py import MPI
+from mpi_support import all_ok
 
 from mpiring.bench.__main__ import main
 from mpiring.bench.collectives import element_counts
@@ -25,24 +25,6 @@ pytestmark = pytest.mark.mpi(min_size=1)
 
 world = MPI.COMM_WORLD
 QUICK = ["--time-budget", "0.005", "--reps", "2", "--progress", "off", "--host"]
-
-
-def verdict(problems: list[str]) -> None:
-    """Fail on every rank if any rank found a problem."""
-    lines = [f"rank {r}: {p}" for r, ps in enumerate(world.allgather(problems)) for p in ps]
-    if lines:
-        pytest.fail("\n".join(lines), pytrace=False)
-
-
-@pytest.fixture
-def shared_dir():
-    """One temporary directory for all ranks (rank 0's, broadcast)."""
-    tmp = tempfile.TemporaryDirectory(prefix="mpiring-bench-") if world.rank == 0 else None
-    path = Path(world.bcast(tmp.name if tmp else None, root=0))
-    yield path
-    world.Barrier()
-    if tmp:
-        tmp.cleanup()
 
 
 def rows_of(directory: Path, name: str) -> list[dict[str, str]]:
@@ -83,7 +65,7 @@ def test_reduce_scatter_and_allgather_end_to_end(shared_dir):
     meta = json.loads(next(shared_dir.glob("bc_*.json")).read_text())["metadata"]
     if meta["benchmark"] != "reduce_scatter,allgather" or meta["complete"] is not True:
         problems.append(f"metadata benchmark={meta['benchmark']} complete={meta['complete']}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_nccl_tests_output_names_the_collective(shared_dir, capsys):
@@ -97,7 +79,7 @@ def test_nccl_tests_output_names_the_collective(shared_dir, capsys):
         data = [line.split() for line in lines if line.strip() and not line.startswith("#")]
         if len(data) != 2 or any(d[3] != "none" or d[8] != "0" or d[12] != "0" for d in data):
             problems.append(f"data lines {data}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def run_on_virtual_nodes(argv: list[str]) -> int:
@@ -130,7 +112,7 @@ def test_across_virtual_nodes_node_rows_are_left_out(shared_dir, capsys):
     bad = [r for r in rows if (r["status"], r["wrong"]) != ("ok", "0")]
     if bad:
         problems.append(f"{len(bad)} rows not ok: {bad[0]}")
-    verdict(problems)
+    all_ok(problems)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -144,4 +126,4 @@ def test_across_virtual_nodes_asking_for_a_node_row_is_an_error(shared_dir, caps
             problems.append(f"message {err!r}")
     if list(shared_dir.iterdir()):
         problems.append("files written")
-    verdict(problems)
+    all_ok(problems)

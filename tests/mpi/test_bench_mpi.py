@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import csv
 import json
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
+from mpi_support import all_ok
 
 import mpiring
 from mpiring.bench.__main__ import main
@@ -35,24 +34,6 @@ pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD
 
 
-def verdict(problems: list[str]) -> None:
-    """Fail on every rank if any rank found a problem."""
-    lines = [f"rank {r}: {p}" for r, ps in enumerate(world.allgather(problems)) for p in ps]
-    if lines:
-        pytest.fail("\n".join(lines), pytrace=False)
-
-
-@pytest.fixture
-def shared_dir():
-    """One temporary directory for all ranks (rank 0's, broadcast)."""
-    tmp = tempfile.TemporaryDirectory(prefix="mpiring-bench-") if world.rank == 0 else None
-    path = Path(world.bcast(tmp.name if tmp else None, root=0))
-    yield path
-    world.Barrier()
-    if tmp:
-        tmp.cleanup()
-
-
 def test_host_bench_end_to_end(shared_dir):
     status = main(["-b", "1K", "-e", "64K", "--output-dir", str(shared_dir), "--name", "mpi",
                    "--time-budget", "0.01", "--reps", "3", "--placement", "out,in",
@@ -63,7 +44,7 @@ def test_host_bench_end_to_end(shared_dir):
     jsons = sorted(shared_dir.glob("mpi_*.json"))
     if len(csvs) != 1 or len(jsons) != 1 or len(list(shared_dir.glob("mpi_*.png"))) != 1:
         problems.append(f"files: {sorted(p.name for p in shared_dir.iterdir())}")
-        verdict(problems)
+        all_ok(problems)
     with csvs[0].open() as f:
         rows = list(csv.DictReader(f))
     sizes = [1 << e for e in range(10, 17)]
@@ -95,7 +76,7 @@ def test_host_bench_end_to_end(shared_dir):
     for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date", "ranks"):
         if not meta.get(key):
             problems.append(f"metadata lacks {key}")
-    verdict(problems)
+    all_ok(problems)
 
 
 class OneRankMisbehaves:
@@ -126,7 +107,7 @@ def measure_with(mode: str):
 
 def test_true_allreduce_passes():
     out = measure_with("good")
-    verdict([] if (out.status, out.check) == ("ok", "OK") else [f"{out.status}: {out.note}"])
+    all_ok([] if (out.status, out.check) == ("ok", "OK") else [f"{out.status}: {out.note}"])
 
 
 def test_wrong_result_on_one_rank_fails_on_all():
@@ -136,7 +117,7 @@ def test_wrong_result_on_one_rank_fails_on_all():
         problems.append(f"outcome {out.status}/{out.check}")
     if not out.errors or not all(e.startswith("rank 1: wrong result: 1 of 4096") for e in out.errors):
         problems.append(f"errors {out.errors}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_exception_on_one_rank_is_an_error_on_all():
@@ -144,7 +125,7 @@ def test_exception_on_one_rank_is_an_error_on_all():
     problems = []
     if out.status != "error" or out.errors != ["rank 1: RuntimeError: injected failure"]:
         problems.append(f"outcome {out.status}: {out.errors}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_auto_on_the_host_runs_or_is_not_applicable(shared_dir):
@@ -165,7 +146,7 @@ def test_auto_on_the_host_runs_or_is_not_applicable(shared_dir):
         if not fine:
             problems.append(f"auto row {r['size_bytes']}: {r['status']} {r['check']} "
                             f"{r['resolved']!r} {r['note']}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_overlap_needs_gpus(shared_dir, capsys):
@@ -174,7 +155,7 @@ def test_overlap_needs_gpus(shared_dir, capsys):
     problems = [] if status == 3 else [f"exit status {status}"]
     if world.rank == 0 and "--overlap gemm needs GPUs" not in capsys.readouterr().err:
         problems.append("no message saying --overlap needs GPUs")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_argument_rejected_on_one_rank_is_not_applicable_on_all():
@@ -192,7 +173,7 @@ def test_argument_rejected_on_one_rank_is_not_applicable_on_all():
             problems.append(f"status {err.status}, rebuild {err.rebuild}")
         if err.errors[0] != "rank 1: InvalidArgumentError: oneshot takes at most 1 MiB":
             problems.append(f"first error {err.errors[0]}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_nccl_tests_output_on_real_ranks(shared_dir, capsys):
@@ -227,7 +208,7 @@ def test_nccl_tests_output_on_real_ranks(shared_dir, capsys):
     meta = json.loads(next(shared_dir.glob("nt_*.json")).read_text())["metadata"]
     if meta["complete"] is not True or len(meta["ranks"]) != world.size:
         problems.append(f"metadata complete={meta['complete']} ranks={meta.get('ranks')}")
-    verdict(problems)
+    all_ok(problems)
 
 
 def test_a_gpu_only_algorithm_on_the_host_is_an_error(shared_dir, capsys):
@@ -236,4 +217,4 @@ def test_a_gpu_only_algorithm_on_the_host_is_an_error(shared_dir, capsys):
     problems = [] if status == 3 else [f"exit status {status}"]
     if world.rank == 0 and "reduces GPU arrays only" not in capsys.readouterr().err:
         problems.append("no message saying nccl reduces GPU arrays only")
-    verdict(problems)
+    all_ok(problems)
