@@ -14,7 +14,7 @@ rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (``
   writes its descriptor into its board line ``AGREE[k % 2]`` for check ``k``, then posts
   ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible before
   the count); it waits, bounded, until every rank's count reaches ``k``, fences, and reads
-  every descriptor. No MPI call: about a microsecond when the ranks arrive together. Two
+  every descriptor. No MPI call: what it costs is mostly the wait for the slowest rank. Two
   lines suffice: a rank writes line ``k % 2`` again only at check ``k + 2``, after it saw
   every rank post ``k + 1``, which each rank does only after it finished reading check ``k``.
 * **Several nodes**: one nonblocking ``MPI_Iallreduce`` of a few int64s, polled until done
