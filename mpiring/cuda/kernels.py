@@ -52,7 +52,7 @@ class FoldKernel:
         self._guard = (abort, status)  # the kernels' last two parameters: abort word, status block
         self._functions: dict[tuple[np.dtype, Op], int] = {}
         self._copies: dict[int, int] = {}
-        self._averages: dict[str, int] = {}
+        self._averages: dict[np.dtype, int] = {}
         # The parameters as csrc/fold.cu declares them (mpiring.cuda.launcher).
         self._fold = PackedLaunch(("ptr", "ptr", "ptr", "i64", "i32", "ptr", "ptr"), THREADS)
         self._copy = PackedLaunch(("ptr", "ptr", "i64", "ptr", "ptr"), THREADS)
@@ -80,10 +80,9 @@ class FoldKernel:
         """Enqueue ``out[:count] /= ranks`` (op avg; floating types), skipped once aborted."""
         if count == 0:
             return
-        name = np.dtype(dtype).name
-        fn = self._averages.get(name)
+        fn = self._averages.get(dtype)  # keyed by the dtype itself, as function()
         if fn is None:
-            fn = self._averages[name] = _handle(sources.average_name(name))
+            fn = self._averages[dtype] = _handle(sources.average_name(np.dtype(dtype).name))
         blocks = min(self.max_blocks, -(-count // THREADS))
         self._average(fn, blocks, stream.ptr, out, count, ranks, *self._guard)
 
