@@ -3,6 +3,7 @@
 # TIMEOUT per command (default 900 s).
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off everywhere mpiring runs NCCL
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # ... and torch / NVSHMEM
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 NGPUS=${NGPUS:-$(nvidia-smi -L | wc -l)}
 MPIRUN=${MPIRUN:-mpirun}
@@ -10,7 +11,8 @@ PY=${PYTHON:-python3}
 TIMEOUT=${TIMEOUT:-900}
 extra=()
 if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
-  extra+=(--bind-to none -x NCCL_NVLS_ENABLE -x PYTHONPATH)
+  extra+=(--bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS
+          -x PYTHONPATH)
   [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
 fi
 # timeout: one crashed rank must not leave the others waiting forever.

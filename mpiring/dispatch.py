@@ -191,6 +191,9 @@ class Dispatcher:
                 f"algorithm {row.name!r} runs inside one node, but this communicator spans "
                 f"{self.topology.describe()}: use {', '.join(map(repr, choices))}")
         backend = self.backend(memory)
+        why = backend.unavailable(row)
+        if why is not None:
+            raise UnavailableError(why)
         limit = row.max_bytes(backend)
         if limit is not None and nbytes > limit:
             raise InvalidArgumentError(
@@ -217,7 +220,7 @@ class Dispatcher:
         if gpu is None or collective is not Collective.ALLREDUCE:
             # The ring: the host's one mpiring algorithm. While a CUDA graph is being
             # captured: nccl, which serves every collective and can be captured.
-            if gpu is not None and gpu.capturing():
+            if gpu is not None and gpu.capturing() and gpu.unavailable(algorithms.get("nccl")) is None:
                 return "nccl"
             return candidates[0]
         if self.topology.size == 1:  # a copy: one kernel launch, or NCCL's copy when large
@@ -228,7 +231,8 @@ class Dispatcher:
             row = algorithms.get(name)
             limit = row.max_bytes(gpu)
             # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
-            if (limit is None or nbytes <= limit) and (row.graph_capturable or not gpu.capturing()):
+            if ((limit is None or nbytes <= limit) and (row.graph_capturable or not gpu.capturing())
+                    and gpu.unavailable(row) is None):
                 return name
         return first
 

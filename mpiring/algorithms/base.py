@@ -97,6 +97,8 @@ class Algorithm:
         allgather: ``run`` of ``Allgather``, if the row has one.
         averages: its entries take ``Op.AVG`` themselves (NCCL's ``ncclAvg``); for the other
             rows the dispatcher runs ``SUM`` and then divides the result by the rank count.
+        nccl: it runs on NCCL communicators of every rank (unavailable where NCCL cannot run:
+            several ranks on one GPU).
     """
 
     name: str
@@ -115,6 +117,7 @@ class Algorithm:
     reduce_scatter: Run | None = None
     allgather: Run | None = None
     averages: bool = False
+    nccl: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

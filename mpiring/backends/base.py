@@ -15,7 +15,7 @@ from ..errors import InvalidArgumentError, MpiringError
 from ..schedule import Phase
 
 if TYPE_CHECKING:
-    from ..algorithms.base import Call, Collective
+    from ..algorithms.base import Algorithm, Call, Collective
     from ..groups import Groups
 
 
@@ -88,6 +88,10 @@ class Backend(ABC):
 
     def failure(self) -> MpiringError | None:
         """A failure met by asynchronous work since the last look (GPU), or None."""
+        return None
+
+    def unavailable(self, row: Algorithm) -> str | None:
+        """Why ``row`` cannot run on this backend although it serves its memory, or None."""
         return None
 
     def synchronize(self) -> None:  # noqa: B027 - host calls complete before they return

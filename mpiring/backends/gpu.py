@@ -23,7 +23,7 @@ from ..transports.cuda_ipc import CudaIpcTransport
 from .base import Backend, ring_shape
 
 if TYPE_CHECKING:
-    from ..algorithms.base import Call, Collective
+    from ..algorithms.base import Algorithm, Call, Collective
     from ..baselines.nccl import NcclBaselines
     from ..cuda.direct import DirectKernels
     from ..cuda.event_staging import EventStaging
@@ -93,7 +93,8 @@ class GpuBackend(Backend):
         self.timeouts = timeouts
         self.layout: StagingLayout = staging_layout(slot_bytes)
         self.slot_bytes: int = self.layout.slot_bytes
-        self.device_id: int = bind_device(self.node, groups.shared.rank, device, timeouts.seconds)
+        self.device_id, self.shares_gpu = bind_device(self.node, groups.shared.rank, device,
+                                                      timeouts.seconds)
         self.staging: IpcStaging | None = None
         self.status: HostStatus | None = None
         self.transport: CudaIpcTransport | None = None
@@ -152,6 +153,13 @@ class GpuBackend(Backend):
 
     def capturing(self) -> bool:
         return self.current_stream().is_capturing()
+
+    def unavailable(self, row: Algorithm) -> str | None:
+        """Why ``row`` cannot run on this communicator's GPUs, or None."""
+        if row.nccl and self.shares_gpu:
+            return (f"algorithm {row.name!r} runs on NCCL, which refuses several ranks on one GPU "
+                    "(MPIRING_SHARE_GPU=1, a testing mode): use mpiring's own rows")
+        return None
 
     def check_buffer(self, buf: Buffer, role: str) -> None:
         """Raise unless ``buf`` is plain device memory on this rank's GPU."""

@@ -24,12 +24,24 @@ REMEDY = (
 
 _PROCESS_DEVICE: int | None = None  # the GPU the first communicator of this process chose
 
+# Testing aid: several ranks of a node may share one GPU (correctness only, never speed). CUDA
+# IPC works between processes on one GPU; run them under MPS (nvidia-cuda-mps-control -d), or
+# their contexts time-slice and every cross-rank wait costs milliseconds. NCCL refuses two
+# ranks on one GPU, so the NCCL rows are unavailable then (Backend.unavailable).
+SHARE_GPU = "MPIRING_SHARE_GPU"
 
-def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: float) -> int:
+
+def share_gpu_allowed() -> bool:
+    """Whether ``MPIRING_SHARE_GPU=1`` lets ranks of a node share a GPU (a testing aid)."""
+    return os.environ.get(SHARE_GPU, "").strip() == "1"
+
+
+def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: float) -> tuple[int, bool]:
     """Choose and activate this rank's GPU; collective over ``node``, the ranks that will map
     each other's memory (bounded by ``timeout``), raises on every rank. Default: the GPU of
     this process's first communicator, else ``place``, the rank's place on its machine, so
-    communicators from reordered splits keep the process's GPU."""
+    communicators from reordered splits keep the process's GPU. Returns the device and whether
+    some ranks of the node share a GPU (only with ``MPIRING_SHARE_GPU=1``)."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -47,20 +59,28 @@ def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: fl
                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
     bus = rt.deviceGetPCIBusId(chosen).lower() if problem is None else None
     seen = [rt.deviceGetPCIBusId(i).lower() for i in range(visible)]
-    everyone = allgather(node, (problem, bus, seen), timeout, "say which GPU it uses")
-    problems = [p for p, _, _ in everyone if p]
+    everyone = allgather(node, (problem, bus, seen, share_gpu_allowed()), timeout, "say which GPU it uses")
+    problems = [p for p, _, _, _ in everyone if p]
     if problems:
         raise SetupError("; ".join(problems) + ": " + REMEDY)
+    allowed = {a for _, _, _, a in everyone}
+    if len(allowed) > 1:
+        raise SetupError(f"ranks see different {SHARE_GPU} values: set it alike on every rank")
+    sharing = allowed == {True}
     owners: dict[str, int] = {}
-    for r, (_, b, _) in enumerate(everyone):
-        if b in owners:
+    shared = False
+    for r, (_, b, _, _) in enumerate(everyone):
+        if b in owners and sharing:
+            shared = True
+        elif b in owners:
             raise SetupError(
                 f"ranks {owners[b]} and {r} both use GPU {b}: mpiring needs one GPU per rank. "
-                f"Start at most as many ranks per node as GPUs, or pass distinct device= values"
+                f"Start at most as many ranks per node as GPUs, or pass distinct device= values "
+                f"({SHARE_GPU}=1 allows sharing, for testing only)"
             )
-        owners[b] = r
-    for r, (_, _, their_view) in enumerate(everyone):
-        for s, (_, b, _) in enumerate(everyone):
+        owners.setdefault(b, r)
+    for r, (_, _, their_view, _) in enumerate(everyone):
+        for s, (_, b, _, _) in enumerate(everyone):
             if b not in their_view:
                 raise SetupError(
                     f"rank {r} cannot see GPU {b} of rank {s}, so CUDA IPC cannot map it: {REMEDY}"
@@ -68,7 +88,7 @@ def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: fl
     cupy.cuda.Device(chosen).use()
     if _PROCESS_DEVICE is None:
         _PROCESS_DEVICE = chosen
-    return chosen
+    return chosen, shared
 
 
 # cudaMemoryType values reported by cudaPointerGetAttributes.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import cupy
 import numpy as np
 from mpi4py import MPI
@@ -9,6 +11,14 @@ from mpi4py import MPI
 import mpiring
 
 WORLD = MPI.COMM_WORLD
+# Several ranks on one GPU (MPIRING_SHARE_GPU=1, a testing mode, under MPS): NCCL cannot run.
+SHARED_GPU = os.environ.get("MPIRING_SHARE_GPU", "").strip() == "1"
+NCCL_ROWS = ("nccl", "nccl-ring")
+
+
+def runnable(algos):
+    """``algos`` less the NCCL rows where ranks share a GPU (NCCL refuses that)."""
+    return [a for a in algos if not (SHARED_GPU and a in NCCL_ROWS)]
 
 
 def agree(ok: bool, message: str) -> None:

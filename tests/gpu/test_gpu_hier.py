@@ -24,7 +24,9 @@ from mpiring.backends.gpu_hier import cuda_aware_mpi
 from mpiring.topology import VIRTUAL_NODES
 
 RANK, SIZE = WORLD.rank, WORLD.size
-pytestmark = pytest.mark.mpi(min_size=2)
+pytestmark = [pytest.mark.mpi(min_size=2),
+              pytest.mark.skipif(os.environ.get("MPIRING_SHARE_GPU") == "1",
+                                 reason="the rails run NCCL, which refuses several ranks on one GPU")]
 
 
 def spread(**kwargs) -> mpiring.Communicator:
