@@ -35,7 +35,7 @@ sends to a missing rank stay queued for it, on the caller's communicator.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -313,6 +313,14 @@ class AgreementCheck:
         where = ", ".join(f"rank {r} is at call {self.board.read(row[r], CALLS)}" for r in absent[:16])
         of = f"{self.board.size} ranks of this node" if node else f"{self.board.size} ranks"
         return f"{head}: {len(absent)} of {of} did not call allreduce ({where})"
+
+
+def describe_field(name: str, code: int, extra: Mapping[str, Callable[[int], str]] | None = None) -> str:
+    """How a descriptor field's wire code reads in an error ("float32", not "dtype 2")."""
+    say = {"dtype": dtype_name, "op": _op_name, "memory": _memory_name,
+           "collective": lambda c: {1: "allreduce", 2: "Reduce_scatter_block", 3: "Allgather"}.get(c, str(c)),
+           **(extra or {})}.get(name, str)
+    return say(code)
 
 
 def _op_name(code: int) -> str:

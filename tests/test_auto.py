@@ -118,6 +118,9 @@ class _FakeGpu:
         self.asked += 1
         return self._capturing
 
+    def unavailable(self, row) -> str | None:
+        return None
+
 
 def _auto(gpu: _FakeGpu, nbytes: int, rows: dict, nodes: int = 1) -> str:
     from mpiring.algorithms import Collective

@@ -18,8 +18,8 @@ from mpiring.buffers import Memory
 
 
 def test_gpu_sweep_baselines_first_then_mpiring_then_auto():
-    assert default_sweep(True) == ("nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "hier",
-                                   "auto")
+    assert default_sweep(True) == ("nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot",
+                                   "oneshot-ll", "hier", "auto")
     assert reference(True) == "nccl"
 
 
@@ -53,7 +53,7 @@ def test_a_collectives_sweep_holds_the_rows_that_implement_it():
 
 
 def test_rows_of_one_node_are_left_out_across_nodes():
-    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot")
+    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot", "oneshot-ll")
     assert node_only(False) == ("ring",)
     assert node_only(True, "allgather") == ("ring", "ring-events")
     assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "hier", "auto")

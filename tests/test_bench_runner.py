@@ -20,7 +20,8 @@ from mpiring.bench.stats import Stats
 
 def test_default_and_requested_algorithms():
     run, base = runner._algorithms(None, gpu=True)
-    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "hier", "auto"]
+    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier",
+                   "auto"]
     assert base == "nccl"
     run, base = runner._algorithms(("auto", "ring"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi"  # auto runs on the host when asked for
@@ -148,7 +149,7 @@ def test_an_algorithm_without_any_asked_collective_is_an_error():
 def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
     where = "2 nodes of 2 ranks"
     assert runner.check_collectives(None, True, ("allreduce",), 2, where) == (
-        "ring", "ring-events", "oneshot", "twoshot")
+        "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll")
     assert runner.check_collectives(None, False, ("reduce_scatter",), 2, where) == ("ring",)
     assert runner.check_collectives(("mpi", "hier"), False, ("allreduce",), 2, where) == ()
     with pytest.raises(command.BenchError) as err:

@@ -72,9 +72,11 @@ def test_status_constants_match() -> None:
     expected = {
         "STATE": contract.STATE, "KIND": contract.KIND, "PEER": contract.PEER, "SEQ": contract.SEQ,
         "BLOCK": contract.BLOCK, "STEP": contract.STEP, "WORDS": contract.WORDS,
+        "THEIRS": contract.THEIRS, "MINE": contract.MINE,
         "HEALTHY": contract.HEALTHY, "TIMED_OUT": contract.TIMED_OUT, "ABORTED": contract.ABORTED,
+        "MISMATCH": contract.MISMATCH,
         "KIND_RING": contract.KIND_RING, "KIND_ONESHOT": contract.KIND_ONESHOT,
-        "KIND_TWOSHOT": contract.KIND_TWOSHOT,
+        "KIND_TWOSHOT": contract.KIND_TWOSHOT, "KIND_ONESHOT_LL": contract.KIND_ONESHOT_LL,
     }
     assert defined == expected
 
@@ -82,7 +84,7 @@ def test_status_constants_match() -> None:
 def test_kind_codes_name_their_algorithms() -> None:
     """KINDS (what status_error names) maps each ST_KIND_* code to its algorithm, and status.py
     re-exports the contract's values rather than keeping its own."""
-    kinds = {name[8:].lower(): value for name, value in _defines(STATUS).items()
+    kinds = {name[8:].lower().replace("_", "-"): value for name, value in _defines(STATUS).items()
              if name.startswith("ST_KIND_")}
     assert {code: name for name, code in kinds.items()} == contract.KINDS == status.KINDS
     assert (status.STATE, status.WORDS, status.ABORTED) == (contract.STATE, contract.WORDS, contract.ABORTED)
@@ -94,3 +96,11 @@ def test_kernels_report_with_named_kinds() -> None:
     assert "ST_KIND_RING" in fold
     assert not re.search(r"barrier\(c, [^,]+, \d", direct_cu)
     assert direct_cu.count("ST_KIND_ONESHOT") == 1 and direct_cu.count("ST_KIND_TWOSHOT") == 2
+
+
+def test_oneshot_ll_threads_and_lines_match_the_kernel() -> None:
+    """The launcher's block shape is oneshot_ll's __launch_bounds__, and its lines per thread."""
+    defined = _defines(CONTRACT)
+    assert (defined["LL_THREADS"], defined["LL_LINES"]) == (contract.LL_THREADS, contract.LL_LINES)
+    assert direct.LL_BLOCK_LINES == contract.LL_THREADS * contract.LL_LINES
+    assert sources.read("oneshot_ll.cu").count("__launch_bounds__(LL_THREADS)") == 1

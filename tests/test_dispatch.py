@@ -25,6 +25,9 @@ class FakeGpu:
     def __init__(self) -> None:
         self.capture, self.asked = False, 0
 
+    def unavailable(self, row) -> str | None:
+        return None
+
     def capturing(self) -> bool:
         self.asked += 1
         return self.capture
@@ -86,6 +89,9 @@ class FakeHost:
 
     def check_buffer(self, buf, role) -> None:
         pass
+
+    def unavailable(self, row) -> str | None:
+        return None
 
     def capturing(self) -> bool:
         return False

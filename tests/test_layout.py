@@ -18,6 +18,7 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
     regions += [(lay.ring_slot(k), lay.slot_bytes) for k in range(2)]
     regions += [(lay.oneshot_slot(k), lay.oneshot_bytes) for k in range(2)]
     regions += [(lay.twoshot_in, lay.twoshot_bytes), (lay.twoshot_out, lay.twoshot_bytes)]
+    regions += [(lay.ll_slot(k), lay.ll_bytes) for k in range(2)]
     for (a, n), (b, _) in zip(regions, regions[1:], strict=False):
         assert a + n <= b, "regions overlap"
     for start, _ in regions:
@@ -31,10 +32,17 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
     words.add(lay.abort)
     assert len(words) == 4 + MAX_RANKS * blocks + blocks + 1
     assert all(w % WORD == 0 and w + WORD <= lay.direct_table for w in words)
-    assert lay.direct_table % 256 == 0 and lay.direct_table + lay.TABLE_BYTES <= lay.control_bytes
+    assert lay.direct_table % 256 == 0 and lay.direct_table + lay.TABLE_BYTES <= lay.ll_state
+    # oneshot-ll: its two state words and every header line in control, after the table
+    headers = {lay.ll_header(k, s) for k in range(2) for s in range(MAX_RANKS)}
+    assert len(headers) == 2 * MAX_RANKS and lay.ll_state + 2 * WORD <= min(headers)
+    assert all(h % lay.LL_LINE == 0 and h + lay.LL_LINE <= lay.control_bytes for h in headers)
+    # a row per source rank in each slot, of whole lines; the limit is 8 payload bytes a line
+    assert MAX_RANKS * lay.ll_row_bytes <= lay.ll_bytes and lay.ll_row_bytes % lay.LL_LINE == 0
+    assert lay.ll_limit == lay.ll_row_bytes // 2
 
 
-@pytest.mark.parametrize("field", ["slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks"])
+@pytest.mark.parametrize("field", ["slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks", "ll_bytes"])
 def test_sizes_must_be_positive(field: str) -> None:
     args = dict(slot_bytes=KB64, oneshot_bytes=KB64, twoshot_bytes=KB64, blocks=4)
     args[field] = 0
@@ -50,7 +58,8 @@ def test_regions_must_be_64k_multiples() -> None:
 def test_default_layout_size_is_what_the_readme_states() -> None:
     from mpiring.backends.gpu import staging_layout
 
-    assert staging_layout(None).alloc_bytes == 330 << 20
+    assert staging_layout(None).alloc_bytes == 332 << 20
+    assert staging_layout(None).ll_limit == 64 << 10  # the oneshot-ll limit the README states
     assert staging_layout(1).slot_bytes == KB64  # rounded up to the region alignment
 
 

@@ -14,8 +14,11 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from mpiring.cuda import sources
+from mpiring.cuda import contract, sources
+from mpiring.cuda.direct import LL_BLOCK_LINES, ll_blocks, ll_descriptor, split_descriptor
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,
@@ -30,7 +33,8 @@ from mpiring.cuda.status import (
     WORDS,
     status_error,
 )
-from mpiring.errors import MpiringTimeoutError, PeerFailedError
+from mpiring.errors import MpiringTimeoutError, PeerFailedError, RankMismatchError
+from mpiring.ops import DTYPE_BY_CODE, DTYPES, Op
 
 
 def words(state: int, kind: int = 0, peer: int = 0, seq: int = 0, block: int = 0, step: int = 0,
@@ -136,3 +140,42 @@ def test_unknown_kind_times_out_as_unknown() -> None:
     assert type(err) is MpiringTimeoutError
     assert (err.algorithm, err.peer, err.seq) == ("unknown", 4, 8)
     assert "in the unknown algorithm" in str(err)
+
+
+@given(st.integers(0, (1 << 32) - 1), st.sampled_from(sorted(DTYPE_BY_CODE)), st.sampled_from(list(Op)))
+def test_oneshot_ll_descriptors_round_trip(count, dtype, op) -> None:
+    desc = ll_descriptor(count, dtype, int(op), 10, 1)
+    assert 0 <= desc < 1 << 64
+    assert split_descriptor(desc) == dict(count=count, dtype=dtype, op=int(op), algorithm=10, collective=1)
+    assert split_descriptor(desc - (1 << 64) if desc >= 1 << 63 else desc) == split_descriptor(desc)
+
+
+def test_a_descriptor_field_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError):
+        ll_descriptor(1 << 32, 1, 1, 10, 1)
+    with pytest.raises(ValueError):
+        ll_descriptor(1, 256, 1, 10, 1)
+
+
+def test_a_mismatch_report_names_both_ranks_values() -> None:
+    words = [0] * contract.WORDS
+    words[contract.STATE], words[contract.KIND], words[contract.PEER] = (
+        contract.MISMATCH, contract.KIND_ONESHOT_LL, 1)
+    f32, f64 = DTYPES["float32"].code, DTYPES["float64"].code
+    words[contract.MINE] = ll_descriptor(1000, f32, int(Op.SUM), 10, 1)
+    theirs = ll_descriptor(999, f64, int(Op.SUM), 10, 1)
+    words[contract.THEIRS] = theirs - (1 << 64) if theirs >= 1 << 63 else theirs  # as read back: signed
+    err = status_error(words, 0, 5.0)
+    assert isinstance(err, RankMismatchError)
+    text = str(err)
+    assert "count (this rank 1000, rank 1 999)" in text
+    assert "dtype (this rank float32, rank 1 float64)" in text
+    assert "op" not in text.split("found on the GPU")[1].split(".")[0]  # equal fields are not named
+    assert "oneshot-ll" in text and "refuses further use" in text
+
+
+@given(st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8]))
+def test_oneshot_ll_grid_covers_every_line_with_no_idle_block(count, itemsize) -> None:
+    blocks = ll_blocks(count, itemsize)
+    lines = -(-count * itemsize // 8)
+    assert (blocks - 1) * LL_BLOCK_LINES < max(lines, 1) <= blocks * LL_BLOCK_LINES

@@ -4,6 +4,7 @@
     ring-events  GPU    one node   the same ring signalled by interprocess events (ring_events.py)
     oneshot      GPU    one node   one-kernel, latency (direct.py)
     twoshot      GPU    one node   one-kernel, bandwidth (direct.py)
+    oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct.py)
     nccl         GPU    any        ncclAllReduce (nccl.py)
     nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
     mpi          host   any        MPI.Allreduce (mpi.py)
@@ -52,8 +53,8 @@ def version() -> int:
     return _VERSION[0]
 
 
-for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, nccl.NCCL, nccl.NCCL_RING,
-             mpi.ROW, hier.ROW):
+for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, direct.ONESHOT_LL, nccl.NCCL,
+             nccl.NCCL_RING, mpi.ROW, hier.ROW):
     register(_row)
 
 

@@ -1,18 +1,25 @@
-"""``oneshot`` and ``twoshot``: one kernel launch each, every NVLink at once, push only.
+"""``oneshot``, ``twoshot`` and ``oneshot-ll``: one kernel launch each, every NVLink at once,
+push only.
 
 * one-shot: every rank stores its input into all peers' slots, flag barrier, every rank
   reduces all rows locally in rank order (small messages: latency);
+* oneshot-ll: one-shot without the barrier: every 16-byte line carries 8 bytes of data and
+  the call's flag, so each line is reduced as soon as every rank's copy of it arrived; the
+  call's descriptor travels along and a mismatch is found by the kernel (the smallest
+  messages, up to 64 KiB);
 * two-shot: reduce-scatter by pushing shards to their owners, barrier, all-gather by pushing
   the reduced shards, barrier (medium messages: bandwidth).
 
-The kernels are ``mpiring/cuda/csrc/direct.cu``; the launcher ``mpiring.cuda.direct``.
+The kernels are ``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher
+``mpiring.cuda.direct``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import GPU, Algorithm, Call
+from ..ops import dtype_code
+from .base import GPU, Algorithm, Call, Collective
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -26,8 +33,23 @@ def run_twoshot(backend: Backend, call: Call) -> None:
     backend.run_direct("twoshot", call)
 
 
+def run_oneshot_ll(backend: Backend, call: Call) -> None:
+    from ..cuda.direct import ll_descriptor
+
+    recv = call.recv
+    backend.run_oneshot_ll(call, ll_descriptor(recv.count, dtype_code(recv.dtype), int(call.op),
+                                               ONESHOT_LL_CODE, int(Collective.ALLREDUCE)))
+
+
 def oneshot_limit(backend: Backend) -> int | None:
     return backend.oneshot_limit
+
+
+def oneshot_ll_limit(backend: Backend) -> int | None:
+    return backend.oneshot_ll_limit
+
+
+ONESHOT_LL_CODE = 10
 
 
 ONESHOT = Algorithm(
@@ -43,4 +65,12 @@ TWOSHOT = Algorithm(
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
     graph_capturable=True, auto=True,
+)
+ONESHOT_LL = Algorithm(
+    "oneshot-ll", ONESHOT_LL_CODE, GPU, run_oneshot_ll,
+    summary="one kernel, no barrier: every rank stores its input into all peers' slots as 16-byte "
+            "lines of data and flag, and reduces each line as soon as every rank's copy arrived; the "
+            "call's descriptor travels along (a mismatch is found on the GPU)",
+    best_for="the smallest messages (latency), up to 64 KiB",
+    graph_capturable=True, limit=oneshot_ll_limit, auto=True,
 )

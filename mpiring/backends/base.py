@@ -135,6 +135,13 @@ class Backend(ABC):
     def run_direct(self, kind: str, call: Call) -> None:
         raise self._missing(f"the {kind} kernel")
 
+    @property
+    def oneshot_ll_limit(self) -> int | None:
+        raise self._missing("the oneshot-ll kernel")
+
+    def run_oneshot_ll(self, call: Call, desc: int) -> None:
+        raise self._missing("the oneshot-ll kernel")
+
     def run_nccl(self, call: Call, collective: Collective) -> None:
         raise self._missing("NCCL")
 

@@ -58,8 +58,8 @@ def staging_layout(slot_bytes: int | None) -> StagingLayout:
 
 class GpuBackend(Backend):
     """The GPU side of one communicator. Staging memory per rank: ``layout.alloc_bytes``
-    (2 ring slots + 2 one-shot slots + 2 two-shot halves + 64 KiB of flags, rounded to
-    2 MiB: 330 MiB by default), plus ``2 * slot_bytes`` for ring-events and ``slot_bytes``
+    (2 ring slots + 2 one-shot slots + 2 two-shot halves + 2 oneshot-ll slots + 64 KiB of
+    flags, rounded to 2 MiB: 332 MiB by default), plus ``2 * slot_bytes`` for ring-events and ``slot_bytes``
     for nccl-ring once those are used, plus 64 bytes of pinned host memory (the status block).
 
     Failures: :meth:`failure` returns what the watchdog or a kernel reported (a wait past
@@ -244,11 +244,22 @@ class GpuBackend(Backend):
         """The largest message, in bytes, the one-shot kernel takes."""
         return self.direct.oneshot_limit
 
+    @property
+    def oneshot_ll_limit(self) -> int:
+        """The largest message, in bytes, the oneshot-ll kernel takes."""
+        return self.direct.ll_limit
+
     def run_direct(self, kind: str, call: Call) -> None:
         """Run the one-shot or two-shot kernel on the caller's stream (one launch)."""
         recv = call.recv
         self.direct.launch(kind, call.source.address, recv.address, recv.count, recv.dtype, call.op,
                            self.ordered_stream())
+
+    def run_oneshot_ll(self, call: Call, desc: int) -> None:
+        """Run the oneshot-ll kernel on the caller's stream (one launch), carrying ``desc``."""
+        recv = call.recv
+        self.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op, desc,
+                              self.ordered_stream())
 
     def average(self, buf: Buffer, ranks: int) -> None:
         """``buf /= ranks`` on the caller's stream, after the call (one launch, capturable)."""

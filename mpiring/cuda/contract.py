@@ -19,6 +19,8 @@ from .layout import MAX_RANKS
 
 MAXR = MAX_RANKS  # MAXR in contract.cuh: rows of every per-rank table
 DIRECT_THREADS = 512  # DIRECT_THREADS in contract.cuh: the direct kernels' __launch_bounds__
+LL_THREADS = 512  # LL_THREADS in contract.cuh: oneshot-ll's __launch_bounds__
+LL_LINES = 2  # LL_LINES in contract.cuh: 16-byte lines (8 bytes of payload each) per thread
 
 # struct Ctl, field by field, in order (offsets and size are asserted in contract.cuh).
 CONTROL = np.dtype([
@@ -32,13 +34,17 @@ CONTROL = np.dtype([
     ("twoshot_bytes", "<i8"),  # bytes per two-shot staging half
     ("timeout_ns", "<i8"),  # how long a barrier may wait for a peer
     ("rank", "<i4"), ("size", "<i4"), ("blocks", "<i4"), ("pad", "<i4"),
+    ("ll", "<u8", (MAXR, 2)),  # rank r's two oneshot-ll slots
+    ("ll_headers", "<u8", (MAXR,)),  # rank r's oneshot-ll header lines [slot][source rank]
+    ("ll_state", "<u8"),  # this rank's oneshot-ll call count and finished-block count
+    ("ll_row_bytes", "<i8"),  # bytes of one source rank's row in a oneshot-ll slot
 ])
 
-# Status block: word indices (ST_STATE ... ST_STEP) and its length in words (ST_WORDS).
-STATE, KIND, PEER, SEQ, BLOCK, STEP = range(6)
+# Status block: word indices (ST_STATE ... ST_MINE) and its length in words (ST_WORDS).
+STATE, KIND, PEER, SEQ, BLOCK, STEP, THEIRS, MINE = range(8)
 WORDS = 8
-# STATE values (ST_HEALTHY, ST_TIMED_OUT, ST_ABORTED).
-HEALTHY, TIMED_OUT, ABORTED = 0, 1, 2
+# STATE values (ST_HEALTHY, ST_TIMED_OUT, ST_ABORTED, ST_MISMATCH).
+HEALTHY, TIMED_OUT, ABORTED, MISMATCH = 0, 1, 2, 3
 # KIND values (ST_KIND_RING, ...): the algorithm whose kernel reported.
-KIND_RING, KIND_ONESHOT, KIND_TWOSHOT = 1, 2, 3
-KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot"}
+KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL = 1, 2, 3, 4
+KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot", KIND_ONESHOT_LL: "oneshot-ll"}

@@ -14,6 +14,12 @@ never a load from it (remote stores are posted; remote loads wait a full round t
   them again, then copies the other shards into its output. Each shard is reduced by one
   rank only, so results are bit-identical on all ranks.
 
+* **oneshot-ll** (the smallest messages): one-shot without a barrier. Every 16-byte line a
+  rank stores into a peer carries 8 bytes of payload and the call's flag in both halves, so
+  a reader waits for exactly the lines it reduces (``csrc/oneshot_ll.cu`` states the
+  protocol). Each call also carries its descriptor (:func:`ll_descriptor`): a peer that
+  disagrees is reported by the kernel, which then writes no output.
+
 The kernels find every rank's regions through one table (``struct Ctl`` of
 ``csrc/contract.cuh``, mirrored by :data:`mpiring.cuda.contract.CONTROL`) that
 :class:`DirectKernels` writes into this rank's staging once. Kernels of one communicator must
@@ -29,22 +35,46 @@ import numpy as np
 
 from ..ops import Op
 from . import sources
-from .contract import CONTROL, DIRECT_THREADS
+from .contract import CONTROL, DIRECT_THREADS, LL_LINES, LL_THREADS
 from .launcher import PackedLaunch, function_handle
 from .layout import StagingLayout
 
 THREADS = DIRECT_THREADS  # the kernels' __launch_bounds__: launching more threads would fail
 WORD = 16  # bytes: rows and shards start on 16-byte boundaries of the staging
 _SOURCE = "direct.cu"
+_LL_SOURCE = "oneshot_ll.cu"
 _CONTROL = CONTROL  # the old name, still used by tests/gpu/scripts/gpu_fault.py
+LL_BLOCK_LINES = LL_THREADS * LL_LINES  # lines one oneshot-ll block moves
 
 
 @functools.cache
-def _module():
+def _module(name: str = _SOURCE):
     import cupy
 
-    return cupy.RawModule(code=sources.source(_SOURCE), options=sources.OPTIONS,
-                          name_expressions=sources.name_expressions(_SOURCE))
+    return cupy.RawModule(code=sources.source(name), options=sources.OPTIONS,
+                          name_expressions=sources.name_expressions(name))
+
+
+def ll_descriptor(count: int, dtype_code: int, op: int, algorithm: int, collective: int) -> int:
+    """The 64-bit descriptor a oneshot-ll call carries to its peers (``desc`` in
+    ``csrc/oneshot_ll.cu``): count (32 bits), dtype, op, algorithm and collective codes (8 each).
+    :func:`split_descriptor` reads it back."""
+    if not 0 <= count < 1 << 32 or not all(0 <= v < 256 for v in (dtype_code, op, algorithm, collective)):
+        raise ValueError("a oneshot-ll descriptor field is out of range")
+    return count | dtype_code << 32 | op << 40 | algorithm << 48 | collective << 56
+
+
+def split_descriptor(desc: int) -> dict[str, int]:
+    """The fields of :func:`ll_descriptor`, by the agreement check's names."""
+    desc &= (1 << 64) - 1
+    return {"count": desc & 0xFFFFFFFF, "dtype": desc >> 32 & 0xFF, "op": desc >> 40 & 0xFF,
+            "algorithm": desc >> 48 & 0xFF, "collective": desc >> 56 & 0xFF}
+
+
+def ll_blocks(count: int, itemsize: int) -> int:
+    """Thread blocks of a oneshot-ll launch of ``count`` elements: one per LL_BLOCK_LINES lines."""
+    lines = -(-count * itemsize // 8)
+    return max(1, -(-lines // LL_BLOCK_LINES))
 
 
 class DirectKernels:
@@ -59,6 +89,7 @@ class DirectKernels:
         self.blocks = layout.blocks
         # The largest one-shot message, in bytes: every rank's row must fit one slot.
         self.oneshot_limit = layout.oneshot_bytes // staging.size // WORD * WORD
+        self.ll_limit = layout.ll_limit  # the largest oneshot-ll message, in bytes
         ctl = np.zeros((), dtype=CONTROL)
         for r in range(staging.size):
             ctl["flags"][r] = staging.addr(r, layout.direct_flags)
@@ -66,6 +97,10 @@ class DirectKernels:
             ctl["twoshot_in"][r] = staging.addr(r, layout.twoshot_in)
             ctl["twoshot_out"][r] = staging.addr(r, layout.twoshot_out)
             ctl["aborts"][r] = staging.addr(r, layout.abort)
+            ctl["ll"][r] = [staging.addr(r, layout.ll_slot(k)) for k in range(2)]
+            ctl["ll_headers"][r] = staging.addr(r, layout.ll_header(0, 0))
+        ctl["ll_state"] = staging.addr(staging.rank, layout.ll_state)
+        ctl["ll_row_bytes"] = layout.ll_row_bytes
         ctl["counters"] = staging.addr(staging.rank, layout.direct_counters)
         ctl["status"] = status
         ctl["twoshot_bytes"] = layout.twoshot_bytes
@@ -81,14 +116,25 @@ class DirectKernels:
         self._functions: dict[tuple[str, np.dtype, Op], int] = {}
         # (in, out, n, ctl, vec): the kernels' parameters, as csrc/direct.cu declares them.
         self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32"), THREADS)
+        # (in, out, n, ctl, vec, desc): oneshot_ll's, as csrc/oneshot_ll.cu declares them.
+        self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64"), LL_THREADS)
 
     def _function(self, kind: str, dtype: np.dtype, op: Op) -> int:
         key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)
         if fn is None:
-            fn = function_handle(_module().get_function(sources.kernel_name(kind, np.dtype(dtype).name, op)))
+            source = _LL_SOURCE if kind == "oneshot_ll" else _SOURCE
+            name = sources.kernel_name(kind, np.dtype(dtype).name, op)
+            fn = function_handle(_module(source).get_function(name))
             self._functions[key] = fn
         return fn
+
+    def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: int, stream) -> None:
+        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
+        vectorized = int((src | out) % 8 == 0)
+        signed = desc - (1 << 64) if desc >= 1 << 63 else desc  # the i64 slot takes its bits
+        self._launch_ll(self._function("oneshot_ll", dtype, op), ll_blocks(count, dtype.itemsize),
+                        stream.ptr, src, out, count, self._ctl_ptr, vectorized, signed)
 
     def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """Enqueue one ``kind`` ("oneshot" or "twoshot") allreduce of ``count`` elements."""

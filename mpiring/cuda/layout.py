@@ -2,7 +2,8 @@
 
 Every rank exports a single ``cudaMalloc`` allocation; peers map it once at set-up::
 
-    [ control | ring slot 0 | ring slot 1 | one-shot slot 0 | one-shot slot 1 | two-shot in | two-shot out ]
+    [ control | ring slot 0 | ring slot 1 | one-shot slot 0 | one-shot slot 1 | two-shot in | two-shot out
+      | oneshot-ll slot 0 | oneshot-ll slot 1 ]
 
 Control holds sequence-number flags (64-bit words, each written by exactly one peer, waited
 on only by the owner) and the per-block counters of the direct kernels:
@@ -13,6 +14,9 @@ on only by the owner) and the per-block counters of the direct kernels:
   the one-shot / two-shot kernels;
 * ``direct_counters[block]``: barriers passed so far by this rank's block (local only);
 * ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
+* ``ll_state``: oneshot-ll's call count and finished-block count (local only);
+* ``ll_headers[slot][src]``: a 16-byte line written by rank ``src`` at each oneshot-ll call
+  (its descriptor and call number), cleared by this rank once read;
 * ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a
   timeout). Written by any rank, read by this rank's kernels, which then stop writing output.
 
@@ -42,12 +46,13 @@ class StagingLayout:
     oneshot_bytes: int  # one of the two one-shot slots: the largest one-shot message
     twoshot_bytes: int  # each of the two two-shot halves: the two-shot chunk
     blocks: int  # thread blocks of the direct kernels (fixed, so flags line up across ranks)
+    ll_bytes: int = 1 << 20  # each of the two oneshot-ll slots: a row of ll_bytes / MAX_RANKS per source
 
     def __post_init__(self) -> None:
-        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks"):
+        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks", "ll_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
-        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes"):
+        for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "ll_bytes"):
             if getattr(self, name) % REGION_ALIGN:
                 raise ValueError(f"{name} must be a multiple of {REGION_ALIGN}")
 
@@ -91,8 +96,21 @@ class StagingLayout:
         return _align(self.direct_counters + WORD * self.blocks, 256)
 
     @property
+    def ll_state(self) -> int:
+        return _align(self.direct_table + self.TABLE_BYTES, 256)
+
+    LL_LINE = 16  # bytes of one oneshot-ll line: two halves of (32-bit flag, 32 bits of payload)
+
+    @property
+    def ll_headers(self) -> int:
+        return self.ll_state + 256
+
+    def ll_header(self, slot: int, src: int) -> int:
+        return self.ll_headers + self.LL_LINE * (slot * MAX_RANKS + src)
+
+    @property
     def control_bytes(self) -> int:
-        return _align(self.direct_table + self.TABLE_BYTES, REGION_ALIGN)
+        return _align(self.ll_headers + 2 * MAX_RANKS * self.LL_LINE, REGION_ALIGN)
 
     # -- data regions --------------------------------------------------------------------
     def ring_slot(self, k: int) -> int:
@@ -109,9 +127,22 @@ class StagingLayout:
     def twoshot_out(self) -> int:
         return self.twoshot_in + self.twoshot_bytes
 
+    def ll_slot(self, k: int) -> int:
+        return self.twoshot_out + self.twoshot_bytes + k * self.ll_bytes
+
+    @property
+    def ll_row_bytes(self) -> int:
+        """One source rank's row of a oneshot-ll slot (lines of 16 bytes)."""
+        return self.ll_bytes // MAX_RANKS // self.LL_LINE * self.LL_LINE
+
+    @property
+    def ll_limit(self) -> int:
+        """The largest oneshot-ll message in bytes: 8 payload bytes per line of a row."""
+        return self.ll_row_bytes // self.LL_LINE * 8
+
     @property
     def used_bytes(self) -> int:
-        return self.twoshot_out + self.twoshot_bytes
+        return self.ll_slot(2)
 
     @property
     def alloc_bytes(self) -> int:

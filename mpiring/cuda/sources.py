@@ -70,7 +70,7 @@ def _inline(name: str, seen: set[str]) -> str:
 
 
 def kernel_name(kernel: str, dtype: str, op: Op) -> str:
-    """The name expression of ``kernel`` ("fold", "oneshot", "twoshot") for a dtype name and op
+    """The name expression of ``kernel`` ("fold", "oneshot", "twoshot", "oneshot_ll") for a dtype name and op
     (one of :data:`mpiring.ops.REDUCTIONS`: ``avg`` has no functor, it folds as ``sum``)."""
     functor = OPS[op].cuda
     if functor is None:
@@ -93,7 +93,7 @@ def copy_name(unit: int) -> str:
     return f"copy<{COPY_UNITS[unit]}>"
 
 
-_KERNELS = {"fold.cu": ("fold",), "direct.cu": ("oneshot", "twoshot")}
+_KERNELS = {"fold.cu": ("fold",), "direct.cu": ("oneshot", "twoshot"), "oneshot_ll.cu": ("oneshot_ll",)}
 
 
 def name_expressions(name: str) -> list[str]:

@@ -60,6 +60,8 @@ class IpcStaging:
             self.base = rt.malloc(layout.alloc_bytes)
             LIVE["staging"] += 1
             rt.memset(self.base, 0, layout.control_bytes)  # every flag starts at 0
+            # ... and every oneshot-ll line: a line's flag is its data's only guard
+            rt.memset(self.base + layout.ll_slot(0), 0, 2 * layout.ll_bytes)
             # ... and the probe's rows: recycled memory could hold a pattern of an earlier probe
             rt.memset(self.base + layout.ring_slot(0), 0, PROBE_BYTES * MAX_RANKS)
             rt.deviceSynchronize()  # set-up only: the zeros land before any peer can signal

@@ -12,6 +12,9 @@ typedef unsigned long long u64;
 #define MAXR 8  // ranks of one node; mpiring.cuda.layout.MAX_RANKS
 // Threads per block of oneshot/twoshot: their __launch_bounds__, and what the launcher uses.
 #define DIRECT_THREADS 512
+// Threads per block of oneshot-ll, and the 16-byte lines each thread moves.
+#define LL_THREADS 512
+#define LL_LINES 2
 
 struct Ctl {                      // written once at set-up; see DirectKernels.__init__
   u64 flags[MAXR];                // rank r's flag table [src][block], as mapped here
@@ -24,9 +27,13 @@ struct Ctl {                      // written once at set-up; see DirectKernels._
   long long twoshot_bytes;        // bytes per two-shot staging half
   long long timeout_ns;           // how long a barrier may wait for a peer
   int rank, size, blocks, pad;
+  u64 ll[MAXR][2];                // rank r's two oneshot-ll slots (a row per source rank each)
+  u64 ll_headers[MAXR];           // rank r's oneshot-ll header lines [slot][source rank]
+  u64 ll_state;                   // this rank's oneshot-ll call count and finished-block count
+  long long ll_row_bytes;         // bytes of one source rank's row in a oneshot-ll slot
 };
 
-static_assert(sizeof(Ctl) == 432, "Ctl size: update mpiring/cuda/contract.py CONTROL too");
+static_assert(sizeof(Ctl) == 640, "Ctl size: update mpiring/cuda/contract.py CONTROL too");
 
 // Every field's offset. NVRTC has no <cstddef>, and offsetof needs __builtin_offsetof, which
 // NVRTC 13.5 has but 13.0 lacks: an NVRTC without it (at run time, under CuPy) skips these.
@@ -54,6 +61,10 @@ static_assert(offsetof(Ctl, rank) == 416, "Ctl layout");
 static_assert(offsetof(Ctl, size) == 420, "Ctl layout");
 static_assert(offsetof(Ctl, blocks) == 424, "Ctl layout");
 static_assert(offsetof(Ctl, pad) == 428, "Ctl layout");
+static_assert(offsetof(Ctl, ll) == 432, "Ctl layout");
+static_assert(offsetof(Ctl, ll_headers) == 560, "Ctl layout");
+static_assert(offsetof(Ctl, ll_state) == 624, "Ctl layout");
+static_assert(offsetof(Ctl, ll_row_bytes) == 632, "Ctl layout");
 #endif  // MPIRING_CHECK_OFFSETS
 
 #endif  // MPIRING_CONTRACT_CUH

@@ -29,16 +29,11 @@
 #include "types.cuh"
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
+#include "sync.cuh"      // st_release, ld_acquire, clock_ns, give_up
 
 #define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
 __device__ __forceinline__ long long lmin(long long a, long long b) { return a < b ? a : b; }
 
-__device__ __forceinline__ void st_release(u64* p, u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ u64 ld_acquire(const u64* p) {
-  u64 v; asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v;
-}
 __device__ __forceinline__ uint4 ldcg(const uint4* p) {
   uint4 v;
   asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -48,10 +43,6 @@ template <class S> __device__ __forceinline__ S ldcg(const S* p) {
   if constexpr (sizeof(S) == 2) { unsigned short v; asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
   else if constexpr (sizeof(S) == 4) { unsigned v; asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
   else { u64 v; asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
-}
-
-__device__ __forceinline__ u64 clock_ns() {
-  u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
 
 // Block b of every rank meets block b of every other rank (see the module docstring): thread
@@ -67,15 +58,7 @@ __device__ __forceinline__ bool barrier(const Ctl* c, u64 seq, int kind, int ste
     u64 since = 0;
     for (unsigned spins = 1; ld_acquire(mine) < seq; ++spins) {
       if (spins % 256) continue;                  // the clock and abort word now and then only
-      const u64 by = *(const volatile u64*)c->aborts[c->rank];
-      if (by) { report((long long*)c->status, ST_ABORTED, kind, (long long)by - 1, seq, step); stop = 1; break; }
-      const u64 now = clock_ns();
-      if (!since) { since = now; continue; }
-      if (now - since > (u64)c->timeout_ns) {     // give up: stop every rank's kernels, say why
-        report((long long*)c->status, ST_TIMED_OUT, kind, t, seq, step);
-        for (int r = 0; r < c->size; ++r) st_release((u64*)c->aborts[r], (u64)c->rank + 1);
-        stop = 1; break;
-      }
+      if (give_up(c, &since, kind, t, seq, step)) { stop = 1; break; }
     }
   }
   return __syncthreads_or(stop);
