@@ -16,6 +16,16 @@ SHARED_GPU = os.environ.get("MPIRING_SHARE_GPU", "").strip() == "1"
 NCCL_ROWS = ("nccl", "nccl-ring")
 
 
+# The largest message, in bytes, of the rows that refuse larger ones (on up to 4 ranks).
+LIMITS = {"oneshot": 1 << 20, "oneshot-ll": 64 << 10}
+
+
+def fit(algo: str, count: int, dtype) -> int:
+    """``count``, cut to the size limit of ``algo`` (one-shot and oneshot-ll refuse larger messages)."""
+    limit = LIMITS.get(algo)
+    return count if limit is None else min(count, limit // np.dtype(dtype).itemsize)
+
+
 def runnable(algos):
     """``algos`` less the NCCL rows where ranks share a GPU (NCCL refuses that)."""
     return [a for a in algos if not (SHARED_GPU and a in NCCL_ROWS)]

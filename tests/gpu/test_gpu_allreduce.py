@@ -12,6 +12,7 @@ import pytest
 from gpu_helpers import (
     WORLD,
     agree,
+    fit,
     identical_on_all_ranks,
     mismatches,
     poison,
@@ -27,7 +28,6 @@ from mpi4py import MPI
 
 import mpiring
 
-ONESHOT_LIMIT = 1 << 20  # bytes: the one-shot limit on up to 4 ranks (a 4 MiB slot / ranks)
 RANK = WORLD.rank
 
 
@@ -44,11 +44,6 @@ def small_slots():
     c = mpiring.Communicator(WORLD, gpu=True, slot_bytes=64 << 10)
     yield c
     c.close()
-
-
-def fit(algo: str, count: int, dtype) -> int:
-    """``count``, cut to the one-shot limit for "oneshot" (which refuses larger messages)."""
-    return min(count, ONESHOT_LIMIT // np.dtype(dtype).itemsize) if algo == "oneshot" else count
 
 
 def run_case(c, algo, op, count, dtype, placement, salt, batches=None) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, poison, rank_input, reference
+from gpu_helpers import WORLD, agree, fit, poison, rank_input, reference
 from matrix import GPU_ALGORITHMS, block_algorithms
 from mpi4py import MPI
 
@@ -22,7 +22,6 @@ from mpiring.ops import divide_by_ranks
 
 FLOATS = ["float16", "float32", "float64"]
 RANK = WORLD.rank
-ONESHOT_LIMIT = 1 << 20
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +55,7 @@ def wrong(got: cupy.ndarray, want: np.ndarray, row: str) -> int:
 def test_allreduce_avg(comm, algo, dtype, in_place):
     errors = []
     for count in (0, 1, 7919, (1 << 20) + 3):
-        if algo == "oneshot":
-            count = min(count, ONESHOT_LIMIT // np.dtype(dtype).itemsize)
+        count = fit(algo, count, dtype)
         x = rank_input(RANK, count, dtype, salt=count)
         if in_place:
             out = x

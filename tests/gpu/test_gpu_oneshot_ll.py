@@ -1,0 +1,163 @@
+"""oneshot-ll on the GPU: exact results over thousands of calls on changing data with a
+straggler, graph replays, unaligned views, its size limit, and a mismatch found by the kernel.
+
+The matrix of every dtype, op and placement runs over it in test_gpu_allreduce.py (it is a row
+of the table); here are the properties of its protocol: lines carry their call's flag, a slot
+is reused every other call with no barrier (so a rank may run one call ahead of a late peer),
+and the call's descriptor travels with the data.
+"""
+
+from __future__ import annotations
+
+import random
+
+import cupy
+import numpy as np
+import pytest
+from gpu_helpers import WORLD, agree, gpu_nap, mismatches, poison, rank_input, reference, span_for
+from mpi4py import MPI
+
+import mpiring
+
+RANK, SIZE = WORLD.rank, WORLD.size
+LIMIT = 64 << 10
+pytestmark = pytest.mark.mpi(min_size=2)
+
+
+def test_ten_thousand_calls_on_changing_data_with_a_straggler():
+    """10,000 calls, sizes from 1 element to the limit, every dtype and op, out of place and in
+    place, one rank held back on the GPU at random calls (so its peers run ahead into the next
+    slot): every element of every call checked, in groups of 32 enqueued back to back."""
+    chance = random.Random(2026)  # the same draws on every rank: the calls are collective
+    dtypes = ("float32", "float16", "float64", "int32", "int64")
+    ops = list(mpiring.ops.REDUCTIONS)
+    errors: list[str] = []
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
+        stream = cupy.cuda.get_current_stream()
+        pending = []
+        for call in range(10_000):
+            dtype, op = chance.choice(dtypes), chance.choice(ops)
+            most = LIMIT // np.dtype(dtype).itemsize
+            count = chance.choice([1, 2, 3, 7, 1023, most, chance.randrange(1, most + 1)])
+            x = rank_input(RANK, count, dtype, salt=call, span=span_for(op))
+            if chance.random() < 0.5:
+                out = cupy.empty_like(x)
+                poison(out)
+                c.Allreduce(x, out, op)
+            else:
+                out = x
+                c.Allreduce(MPI.IN_PLACE, out, op)
+            late = chance.random() < 0.05
+            if late and RANK == call % SIZE:
+                gpu_nap(stream, chance.uniform(0, 300e-6))
+            pending.append((call, op, dtype, count, out))
+            if len(pending) == 32:
+                errors += _check(pending)
+                pending.clear()
+        errors += _check(pending)
+        c.synchronize()
+    agree(not errors, "; ".join(errors[:10]))
+
+
+def _check(pending) -> list[str]:
+    errors = []
+    for call, op, dtype, count, out in pending:
+        wrong = mismatches(out, reference(op, SIZE, count, salt=call))
+        if wrong:
+            errors.append(f"call {call} {op.name} {dtype} n={count}: {wrong} wrong")
+    return errors
+
+
+def test_graph_replays_on_changing_data():
+    """A captured call replayed 500 times, the input rewritten before each replay: the call
+    count lives on the GPU, so each replay uses the next slot and flag."""
+    count = 3001
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        x = cupy.empty(count, dtype=cupy.float32)
+        out = cupy.empty_like(x)
+        with stream:
+            x[...] = rank_input(RANK, count, cupy.float32)
+            c.Allreduce(x, out)  # the first call on the capture stream, before capturing
+            stream.begin_capture()
+            c.Allreduce(x, out)
+            graph = stream.end_capture()
+        errors = []
+        for k in range(500):
+            with stream:
+                x[...] = rank_input(RANK, count, cupy.float32, salt=k)
+                poison(out)
+                graph.launch(stream)
+                wrong = mismatches(out, reference(mpiring.Op.SUM, SIZE, count, salt=k))
+            if wrong:
+                errors.append(f"replay {k}: {wrong} wrong")
+        stream.synchronize()
+        c.synchronize()
+    agree(not errors, "; ".join(errors[:10]))
+
+
+def test_unaligned_views_and_half_lines():
+    """Views off an 8-byte boundary and counts that end inside a line: element-wise loads and
+    stores, nothing outside the view touched."""
+    errors = []
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
+        for dtype in ("float16", "float32", "int32"):
+            for count, offset in ((1, 1), (3, 1), (1001, 3), (5, RANK % 2), (4097, RANK % 4)):
+                base = cupy.empty(count + offset + 1, dtype=dtype)
+                x = base[offset:offset + count]
+                x[...] = rank_input(RANK, count, dtype, salt=count)
+                out_base = cupy.full(count + 2, 77, dtype=dtype)
+                out = out_base[1:1 + count]
+                c.Allreduce(x, out)
+                wrong = mismatches(out, reference(mpiring.Op.SUM, SIZE, count, salt=count))
+                if wrong or int(out_base[0]) != 77 or int(out_base[-1]) != 77:
+                    errors.append(f"{dtype} n={count} offset={offset}: {wrong} wrong or neighbours touched")
+    agree(not errors, "; ".join(errors))
+
+
+def test_the_limit_is_enforced_and_auto_falls_back():
+    with mpiring.Communicator(WORLD, gpu=True) as c:
+        assert c._gpu.oneshot_ll_limit == LIMIT
+        x = cupy.ones(LIMIT // 4 + 1, dtype=cupy.float32)
+        with pytest.raises(mpiring.InvalidArgumentError, match="oneshot-ll"):
+            c.Allreduce(MPI.IN_PLACE, x, algorithm="oneshot-ll")
+        y = cupy.ones(LIMIT // 4, dtype=cupy.float32)
+        c.Allreduce(MPI.IN_PLACE, y, algorithm="oneshot-ll")
+        agree(bool((y == SIZE).all()), "the largest oneshot-ll message is wrong")
+
+
+def test_a_mismatch_at_call_5000_of_10000_is_found_on_the_gpu_by_every_rank_and_writes_nothing():
+    """With the host check off, the last rank passes one element fewer at call 5,000: every
+    rank's kernel compares the descriptors that travel with the data, writes no output, and
+    every rank raises RankMismatchError (naming both counts) at synchronize(); the
+    communicator then refuses the remaining calls."""
+    count, bad_call = 4096, 5000
+    errors = []
+    c = mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll", check=False)
+    x = rank_input(RANK, count, cupy.float32)
+    out = cupy.empty_like(x)
+    raised = None
+    for call in range(10_000):
+        n = count - 1 if call == bad_call and RANK == SIZE - 1 else count
+        try:
+            if call == bad_call:
+                poison(out)
+            c.Allreduce(x[:n], out[:n])
+            if call == bad_call:
+                c.synchronize()
+        except mpiring.MpiringError as err:
+            raised = (call, err)
+            break
+    if raised is None or raised[0] != bad_call or not isinstance(raised[1], mpiring.RankMismatchError):
+        errors.append(f"expected RankMismatchError at call {bad_call}, got {raised!r}")
+    else:
+        text = str(raised[1])
+        mine, theirs = (count - 1, count) if RANK == SIZE - 1 else (count, count - 1)
+        if f"count (this rank {mine}" not in text or f"{theirs})" not in text:
+            errors.append(f"the error does not name both counts: {text}")
+    if not bool(cupy.isnan(out).all()):
+        errors.append(f"{int(cupy.count_nonzero(~cupy.isnan(out)))} output elements written")
+    with pytest.raises(mpiring.CommunicatorClosedError):
+        c.Allreduce(x, out)
+    c.close()
+    agree(not errors, "; ".join(errors))
