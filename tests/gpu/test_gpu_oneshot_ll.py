@@ -47,9 +47,9 @@ def test_ten_thousand_calls_on_changing_data_with_a_straggler():
             else:
                 out = x
                 c.Allreduce(MPI.IN_PLACE, out, op)
-            late = chance.random() < 0.05
+            late, delay = chance.random() < 0.05, chance.uniform(0, 300e-6)  # drawn on every rank
             if late and RANK == call % SIZE:
-                gpu_nap(stream, chance.uniform(0, 300e-6))
+                gpu_nap(stream, delay)
             pending.append((call, op, dtype, count, out))
             if len(pending) == 32:
                 errors += _check(pending)
