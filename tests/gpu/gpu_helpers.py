@@ -16,8 +16,9 @@ SHARED_GPU = os.environ.get("MPIRING_SHARE_GPU", "").strip() == "1"
 NCCL_ROWS = ("nccl", "nccl-ring")
 
 
-# The largest message, in bytes, of the rows that refuse larger ones (on up to 4 ranks).
-LIMITS = {"oneshot": 1 << 20, "oneshot-ll": 64 << 10}
+# The largest message, in bytes, of the rows that refuse larger ones: one-shot's slot is
+# 4 MiB / ranks (kept to 1 MiB), oneshot-ll's rows 64 KiB.
+LIMITS = {"oneshot": min(1 << 20, (4 << 20) // WORLD.size // 16 * 16), "oneshot-ll": 64 << 10}
 
 
 def fit(algo: str, count: int, dtype) -> int:

@@ -13,17 +13,14 @@
 from __future__ import annotations
 
 import cupy
-import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, mismatches, poison, rank_input, reference, span_for
+from gpu_helpers import WORLD, agree, fit, mismatches, poison, rank_input, reference, runnable, span_for
 from mpi4py import MPI
 
 import mpiring
 
-ALGOS = ["ring", "oneshot", "twoshot", "auto", "nccl", "nccl-ring"]
+ALGOS = ["ring", "oneshot", "twoshot", "oneshot-ll", "auto", "nccl", "nccl-ring"]
 OPS = list(mpiring.ops.REDUCTIONS)
-# One-shot takes messages up to a 4 MiB slot / ranks (1 MiB on up to 4 ranks).
-ONESHOT_LIMIT = min(1 << 20, (4 << 20) // WORLD.size // 16 * 16)
 RANK = WORLD.rank
 GUARD = 64  # elements per guard region: 128 bytes or more, a multiple of 16 bytes
 
@@ -43,11 +40,6 @@ _BITS = {2: cupy.uint16, 4: cupy.uint32, 8: cupy.uint64}
 def bits(a: cupy.ndarray) -> cupy.ndarray:
     """The raw bits of ``a`` (so NaN and -0.0 compare exactly)."""
     return a.view(_BITS[a.dtype.itemsize])
-
-
-def fit(algo: str, count: int, dtype) -> int:
-    """``count``, cut to the one-shot limit for "oneshot" (which refuses larger messages)."""
-    return min(count, ONESHOT_LIMIT // np.dtype(dtype).itemsize) if algo == "oneshot" else count
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +195,7 @@ def test_vmm_memory_works(comm):
     errors = []
     try:
         agree(problem is None, f"VMM allocation failed: {problem}")
-        for salt, algo in enumerate(ALGOS):
+        for salt, algo in enumerate(runnable(ALGOS)):
             count = fit(algo, largest, "float32")
             nbytes = count * itemsize
             send_at = (vmm.piece - nbytes // 2) // 16 * 16  # 16-byte aligned
