@@ -16,7 +16,6 @@ from mpiring.bench.algorithms import (
 from mpiring.bench.cli import parse_args
 from mpiring.buffers import Memory
 
-
 PEERS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
 
 

@@ -303,24 +303,29 @@ def run_sweep(sw: Sweep) -> list[Row]:
                      style="bold")
         rep.working_on(f"{format_size(nbytes)}")
         live = [p for p in points if p.algo not in sw.unavailable]
-        for p in points:
-            if p.algo in sw.unavailable:
-                sw.add(make_row(sw, p, Outcome("unavailable", "-", sw.unavailable[p.algo])))
-        rep.advance(len(points) - len(live))
         if not live:
+            _unmeasured(sw, points, "")
             continue
         fits, why = _fits(sw, count)
         if not fits:
             rep.note(f"{format_size(nbytes)}: skipped, {why}")
-            for p in live:
-                sw.add(make_row(sw, p, Outcome("skipped", "-", why)))
-            rep.advance(len(live))
+            _unmeasured(sw, points, why)
             continue
-        _run_size(sw, policy, nbytes, count, live)
+        _run_size(sw, policy, nbytes, count, points)  # rows in sweep order, unavailable ones too
         if len(live) > 1:
             rep.section()
     rep.stop()
     return sw.rows
+
+
+def _unmeasured(sw: Sweep, points: list[Point], why: str) -> None:
+    """The rows of points not measured: "unavailable" for algorithms that cannot run here,
+    "skipped" (``why``) for the others."""
+    for p in points:
+        gone = sw.unavailable.get(p.algo)
+        sw.add(make_row(sw, p, Outcome("unavailable", "-", gone) if gone is not None
+                        else Outcome("skipped", "-", why)))
+    sw.reporter.advance(len(points))
 
 
 def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
@@ -336,9 +341,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
     except StageFailed as err:
         why = f"could not allocate or fill buffers: {err.errors[0]}"
         rep.note(f"{format_size(nbytes)}: skipped, {why}")
-        for p in points:
-            sw.add(make_row(sw, p, Outcome("skipped", "-", why)))
-        rep.advance(len(points))
+        _unmeasured(sw, points, why)
         agree(sw.world, space.release)
         return
     # Straight-line, no try/finally: the release below is collective, and an unexpected

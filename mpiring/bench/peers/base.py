@@ -90,15 +90,16 @@ def current_stream_pointer() -> int:
     return int(cupy.cuda.get_current_stream().ptr)
 
 
-def missing(module: str, hint: str) -> str | None:
-    """Why ``module`` cannot be imported here (not installed, or broken), with ``hint``; None
-    when it imports."""
+def missing(module: str, hint: str, package: str = "") -> str | None:
+    """Why ``module`` cannot be imported here (``package``, default its top name, is not
+    installed, or is broken), with ``hint``; None when it imports."""
     import importlib
     import importlib.util
 
+    top = module.split(".")[0]
     try:
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            return f"{module.split('.')[0]} is not installed ({hint})"
+        if importlib.util.find_spec(top) is None:
+            return f"{package or top} is not installed ({hint})"
         importlib.import_module(module)
     except Exception as err:  # noqa: BLE001 - absent or broken: say which and why
         return f"cannot import {module}: {type(err).__name__}: {err} ({hint})"

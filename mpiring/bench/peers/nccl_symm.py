@@ -28,8 +28,8 @@ from ..measure import agree
 from .base import Peer, PeerContext, current_stream_pointer, device_pointer, missing
 from .env import multicast_off
 
-HINT = "pip install --no-deps nccl4py cuda-core (or mpiring[peers]); it loads the libnccl of " \
-       "the nvidia-nccl wheel"
+HINT = "pip install 'mpiring[peers]' (nccl4py), beside the nvidia-nccl wheel of mpiring[cuda13] " \
+       "or [cuda12] whose libnccl it loads"
 MIN_NCCL = (2, 27)  # ncclCommWindowRegister and NCCL_WIN_COLL_SYMMETRIC
 # numpy's names -> ncclDataType_t; -o -> ncclRedOp_t
 DTYPES = {"int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
@@ -59,7 +59,7 @@ class NcclSymm(Peer):
 
     def available(self) -> str | None:
         multicast_off()  # before libnccl reads NCCL_NVLS_ENABLE
-        why = missing("nccl.core", HINT)
+        why = missing("nccl.core", HINT, package="nccl4py")
         if why:
             return why
         import nccl.core as nc
