@@ -355,3 +355,56 @@ def test_baseline_errors_end_the_run_cleanly(tmp_path, capsys):
     assert status == 3 and "--baseline torch: cannot reduce the host arrays" in capsys.readouterr().err
     status = run_bench(tmp_path, "--algo", "torch")
     assert status == 3 and "--algo torch: reduces GPU arrays only" in capsys.readouterr().err
+
+
+# -- graph capture: the bench's, or a peer's own -------------------------------------------------
+
+
+class FakeStream:
+    def __init__(self, log):
+        self.log, self.ptr = log, 1234
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def begin_capture(self):
+        self.log.append("begin")
+
+    def end_capture(self):
+        self.log.append("end")
+        return SimpleNamespace(launch=lambda stream: self.log.append("launch"))
+
+
+def graph_measurer(log, launches=3):
+    from mpiring.bench.measure import PointMeasurer, TimingPolicy
+
+    cuda = SimpleNamespace(Stream=lambda non_blocking: FakeStream(log))
+    timer = SimpleNamespace(start=lambda: None, stop=lambda: 6e-6)
+    space = SimpleNamespace(cp=SimpleNamespace(cuda=cuda), timer=lambda: timer,
+                            synchronize=lambda: None)
+    world = SimpleNamespace(Barrier=lambda: None)
+    return PointMeasurer(world, None, space, TimingPolicy(), check=0, time_agreement=False,
+                         mpi_op=None, in_place=None, graph=True, graph_launches=launches)
+
+
+def test_the_bench_captures_k_calls_after_one_outside():
+    log: list[str] = []
+    m = graph_measurer(log)
+    assert m._timed(lambda: log.append("call"), 2) == pytest.approx(1e-6)  # 6 us / (2 x 3)
+    assert log == ["call", "begin", "call", "call", "end", "launch", "launch", "launch", "launch"]
+
+
+def test_a_peer_captures_its_own_graph_and_the_bench_replays_it():
+    log: list[str] = []
+    m = graph_measurer(log, launches=2)
+
+    def capture(stream, call, k):
+        log.append(f"peer capture of {k} on {stream.ptr}")
+        return SimpleNamespace(launch=lambda s: log.append("replay"))
+
+    m._capture = capture
+    m._timed(lambda: None, 5)
+    assert log == ["peer capture of 5 on 1234", "replay", "replay", "replay"]  # warm + 2 timed
