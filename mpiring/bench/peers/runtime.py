@@ -62,7 +62,7 @@ class PeerSet:
                 self._close(peer)
                 continue
             self.peers[name] = peer
-            self.notes[name] = peer.describe()
+            self.notes[name] = _describe(peer)
         return skipped
 
     def __contains__(self, name: str) -> bool:
@@ -93,6 +93,14 @@ class PeerSet:
     def _close(peer: Peer) -> None:
         with contextlib.suppress(Exception):  # best effort at the end of a run
             peer.close()
+
+
+def _describe(peer: Peer) -> str:
+    """The peer's versions for the banner; never a reason to stop the run."""
+    try:
+        return peer.describe()
+    except Exception as err:  # noqa: BLE001 - a version query that fails is only a note
+        return f"(versions unknown: {type(err).__name__}: {err})"
 
 
 def _make(name: str) -> Peer:
