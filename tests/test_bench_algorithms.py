@@ -16,10 +16,12 @@ from mpiring.bench.algorithms import (
 from mpiring.bench.cli import parse_args
 from mpiring.buffers import Memory
 
+PEERS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
 
-def test_gpu_sweep_baselines_first_then_mpiring_then_auto():
-    assert default_sweep(True) == ("nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot",
-                                   "oneshot-ll", "hier", "auto")
+
+def test_gpu_sweep_baselines_first_then_peers_then_mpiring_then_auto():
+    assert default_sweep(True) == ("nccl", "nccl-ring", *PEERS, "ring", "ring-events", "oneshot",
+                                   "twoshot", "oneshot-ll", "hier", "auto")
     assert reference(True) == "nccl"
 
 
@@ -31,8 +33,8 @@ def test_host_sweep_is_mpi_then_ring_and_auto_only_on_request():
 
 
 def test_every_table_row_is_covered():
-    assert set(all_names()) == {a.name for a in algorithms.rows()} | {AUTO}
-    assert set(default_sweep(True)) == set(algorithms.names(Memory.CUDA))
+    assert set(all_names()) == {a.name for a in algorithms.rows()} | {AUTO} | set(PEERS)
+    assert set(default_sweep(True)) == set(algorithms.names(Memory.CUDA)) | set(PEERS)
     assert set(default_sweep(False)) == set(algorithms.names(Memory.HOST, with_auto=False))
     assert {n for n in all_names() if is_batched(n)} == {"ring", "ring-events", "nccl-ring", "hier"}
 
@@ -53,10 +55,11 @@ def test_a_collectives_sweep_holds_the_rows_that_implement_it():
 
 
 def test_rows_of_one_node_are_left_out_across_nodes():
-    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot", "oneshot-ll")
+    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot", "oneshot-ll",
+                               "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
     assert node_only(False) == ("ring",)
     assert node_only(True, "allgather") == ("ring", "ring-events")
-    assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "hier", "auto")
+    assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "torch", "hier", "auto")
     assert default_sweep(False, nodes=3) == ("mpi", "hier")
     assert default_sweep(False, "reduce_scatter", nodes=2) == ("mpi",)
     assert runnable(True, "allgather", nodes=2) == ("nccl", "auto")

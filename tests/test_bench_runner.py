@@ -20,8 +20,8 @@ from mpiring.bench.stats import Stats
 
 def test_default_and_requested_algorithms():
     run, base = runner._algorithms(None, gpu=True)
-    assert run == ["nccl", "nccl-ring", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier",
-                   "auto"]
+    assert run == ["nccl", "nccl-ring", "torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm",
+                   "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier", "auto"]
     assert base == "nccl"
     run, base = runner._algorithms(("auto", "ring"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi"  # auto runs on the host when asked for
@@ -149,14 +149,15 @@ def test_an_algorithm_without_any_asked_collective_is_an_error():
 def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
     where = "2 nodes of 2 ranks"
     assert runner.check_collectives(None, True, ("allreduce",), 2, where) == (
-        "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll")
+        "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "torch-symm-1shot", "torch-symm-2shot",
+        "nccl-symm")
     assert runner.check_collectives(None, False, ("reduce_scatter",), 2, where) == ("ring",)
     assert runner.check_collectives(("mpi", "hier"), False, ("allreduce",), 2, where) == ()
     with pytest.raises(command.BenchError) as err:
         runner.check_collectives(("nccl", "oneshot"), True, ("allreduce",), 2, where)
     text = str(err.value)
     assert text.startswith("--algo oneshot: it runs only where every rank is on one node")
-    assert where in text and "choose from nccl, nccl-ring, hier, auto" in text
+    assert where in text and "choose from nccl, nccl-ring, torch, hier, auto" in text
     run, _ = runner._algorithms(None, gpu=False, collective="allgather", nodes=2)
     assert run == ["mpi"]
 

@@ -6,7 +6,6 @@ Run ``python -m mpiring.bench --help`` for the options.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,12 +19,15 @@ def _stamp(world: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status (see ``--help``)."""
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
     from .argtypes import _rank
     from .cli import parse_args
     from .files import missing_dependencies
+    from .peers.env import multicast_off
 
+    overridden = multicast_off()  # NVLink multicast off, before anything initialises NCCL/torch
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
+    if overridden and _rank() == 0:
+        print("mpiring.bench: " + "; ".join(overridden), file=sys.stderr)
     problem = missing_dependencies(opts.plot)  # before the sweep, not after an hour of it
     if problem:
         if _rank() == 0:
@@ -57,7 +59,7 @@ def _open_files(opts: Any, sw: Any, meta: dict[str, Any], stamp: str) -> Any:
                        "--output-dir")
     problem = sw.world.bcast(problem, root=0)
     if problem:
-        sw.comm.close()
+        sw.close()
         raise BenchError(problem)
     return files
 
@@ -73,6 +75,10 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(),
                             settings=settings, argv=list(opts.argv))
     meta["benchmark"] = ",".join(sw.collectives)
+    meta["baseline"] = sw.baseline  # the row every speed-up is against ("" for none)
+    if sw.peers is not None:
+        meta["peers"] = {n: sw.peers.notes.get(n) or f"skipped: {sw.skipped.get(n, '?')}"
+                         for n in sw.algos if n in sw.peers.notes or n in sw.skipped}
     if sw.left_out:
         meta["left_out"] = list(sw.left_out)  # node-scoped rows: the communicator spans nodes
     if sw.overlap_line:
@@ -102,7 +108,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
                           style="bold yellow")
         raise
     elapsed = time.perf_counter() - started
-    sw.comm.close()
+    sw.close()
 
     status = exit_status(rows)
     # Rank 0 writes; the others wait so the run ends when the files exist.

@@ -11,7 +11,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from .algorithms import all_names, default_sweep
+from .algorithms import AUTO, all_names, default_sweep
 from .argtypes import (
     RankZeroParser,
     batches_list,
@@ -31,6 +31,7 @@ from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
 from .stats import AVERAGES, SLOWEST
 
 PLACEMENTS = ("out", "in")
+BASELINE_EXAMPLES = ("nccl", "nccl-symm", "torch", "torch-symm-1shot", "torch-symm-2shot")
 OVERLAPS = ("gemm",)
 DEFAULT_GEMM_SIZE = 8192  # float16: about 1.1 TFLOP, 1-2 ms on an H100/H200
 MIN_GEMM_SIZE = 1024
@@ -48,6 +49,16 @@ reduce-scatter + all-gather kernel "twoshot", and "auto" (what mpiring picks per
 table shows the pick as auto:<name>). With --host, or on a machine without GPUs, it times
 mpiring's host pipeline ("ring") against MPI.Allreduce ("mpi"). A machine whose GPUs CuPy
 cannot use (a broken install) is an error, not a host run: its message quotes CuPy's error.
+
+Peers: with GPUs the sweep also measures other libraries' allreduce, after the NCCL reference
+and before mpiring's rows, each where its package is installed (else its rows are skipped with
+a one-line reason): "torch" (torch.distributed.all_reduce, NCCL process group), "torch-symm-1shot"
+and "torch-symm-2shot" (torch.ops.symm_mem's one-shot / two-shot all-reduce; sum of float32 or
+bfloat16; one node) and "nccl-symm" (ncclAllReduce in an NCCL_WIN_COLL_SYMMETRIC window, through
+nccl4py; one node). Their data starts in the bench's ordinary buffers, like mpiring's rows: the
+copies into symmetric memory (and out of it, where needed), and torch's copy send -> recv out of
+place, are timed. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
+--baseline NAME takes the speed-ups against another row than nccl (e.g. torch).
 
 Every point is checked before it is timed: per-rank integer inputs whose sum is exact, the
 output poisoned (NaN / a sentinel) before the call, and every element compared with the
@@ -145,6 +156,7 @@ class Options:
     graph_launches: int = 1  # -G N: launches of the captured graph per timed repetition
     average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
     output_format: str = "table"  # or "nccl-tests"
+    baseline: str | None = None  # --baseline: the row speed-ups are against (None: the mode's reference)
 
     def size_range(self, gpu: bool) -> tuple[int, int]:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
@@ -155,6 +167,17 @@ class Options:
     def memory(self) -> str:
         """What the run benchmarks: "gpu" (--gpu), "host" (--host) or "auto"."""
         return "gpu" if self.gpu else "host" if self.host else "auto"
+
+
+def baseline_arg(text: str) -> str:
+    """An argparse type: one name ``--algo`` accepts, other than ``auto`` (whose pick changes
+    with the size, so ratios against it would compare with different rows)."""
+    name = text.strip().lower()
+    choices = [a for a in all_names() if a != AUTO]
+    if name not in choices:
+        raise argparse.ArgumentTypeError(f"unknown baseline {text!r}: choose from "
+                                         f"{', '.join(choices)}")
+    return name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,6 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{','.join(default_sweep(True))}; host: "
                         f"{','.join(default_sweep(False))}); one that cannot reduce the run's "
                         "memory (nccl on the host) is an error. Was -a in earlier releases")
+    g.add_argument("--baseline", type=baseline_arg, metavar="NAME",
+                   help="the row the speed-up column is against, measured first at every size "
+                        "(and run even when --algo leaves it out): an algorithm or a peer, e.g. "
+                        f"{', '.join(BASELINE_EXAMPLES)} (default: nccl on GPUs, mpi on the host)")
     g.add_argument("--collective", type=choices_list(NAMES + (ALL,), "collective"),
                    default=(ALLREDUCE,), metavar="LIST",
                    help="comma list of collectives to measure, one after the other: allreduce "
@@ -311,4 +338,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         argv=tuple(args_list), overlap=ns.overlap, gemm_size=ns.gemm_size,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
+        baseline=ns.baseline,
     )

@@ -156,6 +156,23 @@ def agree(world: Any, fn: Callable[[], Any], share: bool = False) -> Any:
     raise StageFailed(status, errors, rebuild)
 
 
+# (stream, call, k) -> a graph of k calls with launch(stream), the stream current already.
+Capture = Callable[[Any, Callable[[], None], int], Any]
+
+
+def capture_cupy(stream: Any, call: Callable[[], None], k: int) -> Any:
+    """``k`` calls captured in one CUDA graph on CuPy's ``stream`` (current), after one call
+    outside the capture, so the capture holds only the calls themselves."""
+    call()
+    stream.begin_capture()
+    try:
+        for _ in range(k):
+            call()
+    finally:
+        graph = stream.end_capture()
+    return graph
+
+
 class PointMeasurer:
     """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
 
@@ -172,6 +189,7 @@ class PointMeasurer:
         self.graph = graph  # time calls captured in a CUDA graph (see _timed_graph)
         self.graph_launches = max(1, graph_launches)  # replays timed together (-G N)
         self._graph_stream: Any = None
+        self._capture: Capture | None = None
 
     def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
         comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
@@ -211,13 +229,7 @@ class PointMeasurer:
             self._graph_stream = cp.cuda.Stream(non_blocking=True)
         stream = self._graph_stream
         with stream:
-            call()
-            stream.begin_capture()
-            try:
-                for _ in range(k):
-                    call()
-            finally:
-                graph = stream.end_capture()
+            graph = (self._capture or capture_cupy)(stream, call, k)
             graph.launch(stream)  # warm: the first replay uploads the graph
             self.space.synchronize()
             self.world.Barrier()
@@ -226,16 +238,22 @@ class PointMeasurer:
                 graph.launch(stream)
             return self.timer.stop() / (k * self.graph_launches)
 
-    def measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
+    def measure(self, point: Point, bufs: SizeBuffers, call: Callable[[], None] | None = None,
+                capture: Capture | None = None) -> Outcome:
+        """Check, then time, one point. ``call`` replaces the communicator's call (a peer's,
+        :mod:`mpiring.bench.peers`); ``capture`` replaces the CuPy graph capture of
+        :func:`capture_cupy` (a torch peer's)."""
+        self._capture = capture
         try:
-            return self._measure(point, bufs)
+            return self._measure(point, bufs, call)
         except StageFailed as err:
             check = "FAIL" if err.status == "fail" else "-"
             return Outcome(err.status, check, note=err.errors[0], errors=err.errors,
                            needs_rebuild=err.rebuild, wrong=err.wrong)
 
-    def _measure(self, point: Point, bufs: SizeBuffers) -> Outcome:
-        call = self._call(point, bufs)
+    def _measure(self, point: Point, bufs: SizeBuffers,
+                 call: Callable[[], None] | None = None) -> Outcome:
+        call = call or self._call(point, bufs)
         saved = self.comm.check
         try:
             check_label, wrong = "off", None

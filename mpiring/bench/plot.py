@@ -47,6 +47,10 @@ STYLES = {
     "ring-events": ("mpiring ring (events)", "#17becf", "P"),
     "auto": ("mpiring auto", "#d62728", "x"),
     "mpi": ("MPI.Allreduce", "#7f7f7f", "D"),
+    "torch": ("torch.distributed all_reduce", "#e377c2", "<"),
+    "torch-symm-1shot": ("torch symm-mem one-shot", "#bcbd22", ">"),
+    "torch-symm-2shot": ("torch symm-mem two-shot", "#6b6b00", "h"),
+    "nccl-symm": ("NCCL symmetric window", "#004d00", "*"),
 }
 BASELINE_NAMES = {"nccl": "NCCL ", "mpi": "MPI."}  # + MPI's name of the collective
 _FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")

@@ -124,7 +124,8 @@ def columns(baseline: str, overlap: bool = False) -> list[Column]:
         ("std\n(us)", 8, lambda r: fmt_time(r.std_us)),
         ("algbw\n(GB/s)", 7, lambda r: fmt_bw(r.algbw_gbs)),
         ("busbw\n(GB/s)", 7, lambda r: fmt_bw(r.busbw_gbs)),
-        (f"speed-up\nvs {baseline}" if baseline else "speed-up", 9, _speedup_text),
+        (f"speed-up\nvs {baseline}" if baseline else "speed-up", max(9, len(baseline) + 3),
+         _speedup_text),  # as wide as the baseline's name: "vs torch-symm-1shot"
     ]
     if overlap:
         cols += [("GEMM\nslowdown", 8, lambda r: fmt_speedup(r.gemm_slowdown)),

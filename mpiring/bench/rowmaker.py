@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MpiringError
+from . import peers
 from .algorithms import AUTO
 from .collectives import ALLREDUCE, kind, reported_count
 from .measure import Outcome, Point
@@ -55,6 +56,8 @@ def batches_used(sw: Any, p: Point) -> int | None:
     """The mini-batches the point's calls ran with; None where the algorithm has none, or
     refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
     algo = p.algo
+    if peers.is_peer(algo):  # another library's row: no mini-batches
+        return None
     try:
         if p.collective != ALLREDUCE and algo == AUTO:  # auto's pick for this collective
             algo = sw.comm.resolve(p.count, sw.dtype, algorithm=AUTO, gpu=sw.mode == "gpu",

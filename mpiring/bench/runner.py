@@ -19,6 +19,8 @@ from rich.text import Text
 from ..communicator import Communicator
 from .algorithms import default_sweep, implements, is_batched, node_only, reference, runnable
 from .arrays import make_space
+from .baseline import arrange
+from .baseline import choose as choose_baseline
 from .cli import Options
 from .collectives import ALLREDUCE, MPI_NAMES, element_counts
 from .command import BenchError, exit_status
@@ -33,6 +35,8 @@ from .measure import (
     agree,
 )
 from .mode import ModeError, check_algorithms, choose
+from .peers import is_peer
+from .peers.points import measure_peer, start_peers
 from .report import Reporter
 from .results import Row
 from .rowmaker import make_row, reason, speedup
@@ -73,6 +77,14 @@ class Sweep:
     sizes_of: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     left_out: tuple[str, ...] = ()  # node-scoped rows left out: the communicator spans nodes
     nodes: int = 1  # nodes the communicator spans
+    peers: Any = None  # a peers.runtime.PeerSet when the sweep holds peers
+    skipped: dict[str, str] = field(default_factory=dict)  # peers that cannot run here -> why
+
+    def close(self) -> None:
+        """Collective: the peers, then the communicator."""
+        if self.peers is not None:
+            self.peers.close()
+        self.comm.close()
 
     @property
     def rank(self) -> int:
@@ -184,15 +196,21 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     except BenchError:
         comm.close()
         raise
-    algos_of = {c: _algorithms(wanted, gpu, c, topo.nodes)[0] for c in opts.collectives}
+    try:
+        baseline = choose_baseline(opts.baseline, gpu, opts.collectives, topo.nodes)
+    except BenchError:
+        comm.close()
+        raise
+    algos_of, baseline = arrange({c: _algorithms(wanted, gpu, c, topo.nodes)[0]
+                                  for c in opts.collectives}, baseline, bool(opts.baseline))
     algos = list(dict.fromkeys(a for c in opts.collectives for a in algos_of[c]))
-    baseline = reference(gpu)
-    baseline = baseline if baseline in algos else ""
     reporter.set_baseline(baseline, overlap=bool(opts.overlap), placements=opts.placements)
     sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
                sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
                algos_of=algos_of,
                sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes)
+    if any(is_peer(a) for a in algos):
+        start_peers(sw)
     if opts.overlap:
         _set_up_overlap(sw)
     return sw
@@ -213,11 +231,11 @@ def _set_up_overlap(sw: Sweep) -> None:
         load = agree(sw.world, lambda: GemmLoad(opts.gemm_size, seed=opts.seed + sw.rank))
         gemm_s = max(agree(sw.world, load.calibrate, share=True))
     except StageFailed as err:
-        sw.comm.close()
+        sw.close()
         raise BenchError(f"cannot set up the GEMM of --overlap gemm (--gemm-size "
                          f"{opts.gemm_size}): " + "; ".join(err.errors)) from err
     if gemm_s < MIN_GEMM_S:
-        sw.comm.close()
+        sw.close()
         raise BenchError(f"a {opts.gemm_size}x{opts.gemm_size} GEMM takes {gemm_s * 1e6:.1f} us, "
                          f"under {MIN_GEMM_S * 1e6:.0f} us: launches, not the GPU, would set its "
                          "pace; use a larger --gemm-size (e.g. 8192)")
@@ -285,24 +303,29 @@ def run_sweep(sw: Sweep) -> list[Row]:
                      style="bold")
         rep.working_on(f"{format_size(nbytes)}")
         live = [p for p in points if p.algo not in sw.unavailable]
-        for p in points:
-            if p.algo in sw.unavailable:
-                sw.add(make_row(sw, p, Outcome("unavailable", "-", sw.unavailable[p.algo])))
-        rep.advance(len(points) - len(live))
         if not live:
+            _unmeasured(sw, points, "")
             continue
         fits, why = _fits(sw, count)
         if not fits:
             rep.note(f"{format_size(nbytes)}: skipped, {why}")
-            for p in live:
-                sw.add(make_row(sw, p, Outcome("skipped", "-", why)))
-            rep.advance(len(live))
+            _unmeasured(sw, points, why)
             continue
-        _run_size(sw, policy, nbytes, count, live)
+        _run_size(sw, policy, nbytes, count, points)  # rows in sweep order, unavailable ones too
         if len(live) > 1:
             rep.section()
     rep.stop()
     return sw.rows
+
+
+def _unmeasured(sw: Sweep, points: list[Point], why: str) -> None:
+    """The rows of points not measured: "unavailable" for algorithms that cannot run here,
+    "skipped" (``why``) for the others."""
+    for p in points:
+        gone = sw.unavailable.get(p.algo)
+        sw.add(make_row(sw, p, Outcome("unavailable", "-", gone) if gone is not None
+                        else Outcome("skipped", "-", why)))
+    sw.reporter.advance(len(points))
 
 
 def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
@@ -318,9 +341,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
     except StageFailed as err:
         why = f"could not allocate or fill buffers: {err.errors[0]}"
         rep.note(f"{format_size(nbytes)}: skipped, {why}")
-        for p in points:
-            sw.add(make_row(sw, p, Outcome("skipped", "-", why)))
-        rep.advance(len(points))
+        _unmeasured(sw, points, why)
         agree(sw.world, space.release)
         return
     # Straight-line, no try/finally: the release below is collective, and an unexpected
@@ -337,7 +358,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
                                  mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
                                  overlap=sw.overlap, graph=in_graph(opts, p.algo),
                                  graph_launches=opts.graph_launches)
-        out = measurer.measure(p, bufs)
+        out = measure_peer(sw, measurer, p, bufs) if is_peer(p.algo) else measurer.measure(p, bufs)
         row = make_row(sw, p, out)
         row.speedup = speedup(sw, row)
         sw.add(row)

@@ -9,8 +9,8 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from .. import algorithms
-from .algorithms import AUTO, is_batched
+from . import peers
+from .algorithms import graph_capturable, is_batched
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
@@ -52,8 +52,8 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("sizes", f"{format_size(lo)} .. {format_size(hi)} {step} ({len(sw.sizes)} sizes)"),
         *(("collective", size_line(c)) for c in sw.collectives),
         ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
-        ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
-                                              if sw.baseline else "")),
+        ("algorithms", ", ".join(sw.algos) + _baseline_text(sw)),
+        *_peer_lines(sw),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
@@ -69,6 +69,29 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+def _baseline_text(sw: Sweep) -> str:
+    """What the speed-ups are against, for the banner's algorithms line."""
+    if not sw.baseline:
+        return ""
+    if sw.baseline in sw.skipped:
+        return f" (speed-up vs {sw.baseline}, which cannot run here: no speed-ups)"
+    return f" (speed-up vs {sw.baseline})"
+
+
+def _peer_lines(sw: Sweep) -> list[tuple[str, str]]:
+    """Per peer of the sweep: what its row times and with what, or why it is skipped."""
+    lines = []
+    for name in sw.algos:
+        if not peers.is_peer(name):
+            continue
+        if name in sw.skipped:
+            lines.append(("skipped", f"{name}: {sw.skipped[name]}"))
+            continue
+        note = sw.peers.notes.get(name, "") if sw.peers is not None else ""
+        lines.append(("peer", f"{name}: {peers.get(name).summary}" + (f" [{note}]" if note else "")))
+    return lines
+
+
 def _left_out_line(sw: Sweep) -> str:
     """Why node-scoped rows are not in the default sweep (the communicator spans nodes)."""
     verb = "it needs" if len(sw.left_out) == 1 else "they need"
@@ -80,8 +103,7 @@ def in_graph(opts: Options, algo: str) -> bool:
     """Whether ``algo``'s calls are timed from a CUDA graph: with --graph always (rows that
     cannot be captured are n/a there); with --gpu-time every row the table marks capturable
     (``auto`` too: it never picks an uncapturable row while capturing)."""
-    capturable = algo == AUTO or algorithms.get(algo).graph_capturable
-    return opts.timing == "graph" or (opts.timing == "gpu" and capturable)
+    return opts.timing == "graph" or (opts.timing == "gpu" and graph_capturable(algo))
 
 
 def _timing_line(opts: Options) -> str:
