@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..ops import dtype_code
+import numpy as np
+
+from ..ops import Op, dtype_code
 from .base import GPU, Algorithm, Call, Collective
 
 if TYPE_CHECKING:
@@ -33,12 +35,27 @@ def run_twoshot(backend: Backend, call: Call) -> None:
     backend.run_direct("twoshot", call)
 
 
+_DESCRIPTORS: dict[tuple[int, np.dtype, Op], int] = {}  # per call shape (bounded): the hot path
+
+
 def run_oneshot_ll(backend: Backend, call: Call) -> None:
+    recv = call.recv
+    key = (recv.count, recv.dtype, call.op)
+    desc = _DESCRIPTORS.get(key)
+    if desc is None:
+        desc = oneshot_ll_descriptor(*key)
+        if len(_DESCRIPTORS) >= 4096:
+            _DESCRIPTORS.clear()
+        _DESCRIPTORS[key] = desc
+    backend.run_oneshot_ll(call, desc)
+
+
+def oneshot_ll_descriptor(count: int, dtype: np.dtype, op: Op) -> int:
+    """The descriptor a oneshot-ll call carries to its peers, who compare it with theirs: the
+    agreement check's fields, packed by ``mpiring.cuda.direct.ll_descriptor``."""
     from ..cuda.direct import ll_descriptor
 
-    recv = call.recv
-    backend.run_oneshot_ll(call, ll_descriptor(recv.count, dtype_code(recv.dtype), int(call.op),
-                                               ONESHOT_LL_CODE, int(Collective.ALLREDUCE)))
+    return ll_descriptor(count, dtype_code(dtype), int(op), ONESHOT_LL_CODE, int(Collective.ALLREDUCE))
 
 
 def oneshot_limit(backend: Backend) -> int | None:

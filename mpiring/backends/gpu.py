@@ -256,7 +256,8 @@ class GpuBackend(Backend):
                            self.ordered_stream())
 
     def run_oneshot_ll(self, call: Call, desc: int) -> None:
-        """Run the oneshot-ll kernel on the caller's stream (one launch), carrying ``desc``."""
+        """Run the oneshot-ll kernel on the caller's stream (one launch), carrying the call's
+        descriptor ``desc`` (its peers compare it with theirs)."""
         recv = call.recv
         self.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op, desc,
                               self.ordered_stream())

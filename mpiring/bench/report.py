@@ -114,7 +114,7 @@ def columns(baseline: str, overlap: bool = False) -> list[Column]:
         ("count", 11, lambda r: str(r.count)),
         ("type", 8, lambda r: r.dtype),
         ("op", 4, lambda r: "none" if r.collective == "allgather" else r.op),
-        ("algo", 12, lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
+        ("algo", 16, lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
         ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
                                  else f"auto:{r.batches_used}"),
         ("place", 5, lambda r: r.placement),

@@ -118,6 +118,7 @@ class DirectKernels:
         self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32"), THREADS)
         # (in, out, n, ctl, vec, desc): oneshot_ll's, as csrc/oneshot_ll.cu declares them.
         self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64"), LL_THREADS)
+        self._ll_shapes: dict[tuple[int, np.dtype, Op], tuple[int, int]] = {}
 
     def _function(self, kind: str, dtype: np.dtype, op: Op) -> int:
         key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
@@ -130,11 +131,18 @@ class DirectKernels:
         return fn
 
     def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: int, stream) -> None:
-        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
-        vectorized = int((src | out) % 8 == 0)
+        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``
+        (:func:`ll_descriptor`)."""
+        key = (count, dtype, op)  # hot path: one lookup per call shape (bounded)
+        shape = self._ll_shapes.get(key)
+        if shape is None:
+            if len(self._ll_shapes) >= 4096:
+                self._ll_shapes.clear()
+            shape = self._ll_shapes[key] = (self._function("oneshot_ll", dtype, op),
+                                            ll_blocks(count, dtype.itemsize))
         signed = desc - (1 << 64) if desc >= 1 << 63 else desc  # the i64 slot takes its bits
-        self._launch_ll(self._function("oneshot_ll", dtype, op), ll_blocks(count, dtype.itemsize),
-                        stream.ptr, src, out, count, self._ctl_ptr, vectorized, signed)
+        self._launch_ll(shape[0], shape[1], stream.ptr, src, out, count, self._ctl_ptr,
+                        int((src | out) % 8 == 0), signed)
 
     def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """Enqueue one ``kind`` ("oneshot" or "twoshot") allreduce of ``count`` elements."""
