@@ -25,11 +25,13 @@ REMEDY = (
 _PROCESS_DEVICE: int | None = None  # the GPU the first communicator of this process chose
 
 
-def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: float) -> int:
+def bind_device(node: MPI.Intracomm, place: int, device: int | None,
+                timeout: float) -> tuple[int, tuple[str, ...]]:
     """Choose and activate this rank's GPU; collective over ``node``, the ranks that will map
     each other's memory (bounded by ``timeout``), raises on every rank. Default: the GPU of
     this process's first communicator, else ``place``, the rank's place on its machine, so
-    communicators from reordered splits keep the process's GPU."""
+    communicators from reordered splits keep the process's GPU. Returns the GPU's index and
+    the PCI bus ids of every node rank's GPU, by node rank (what :mod:`mpiring.machine` reads)."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -68,7 +70,7 @@ def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: fl
     cupy.cuda.Device(chosen).use()
     if _PROCESS_DEVICE is None:
         _PROCESS_DEVICE = chosen
-    return chosen
+    return chosen, tuple(str(b) for _, b, _ in everyone)
 
 
 # cudaMemoryType values reported by cudaPointerGetAttributes.
