@@ -84,6 +84,8 @@ class Choice:
         assert self.key is not None
         what = self.key.describe()
         host = " (no GPU: host arrays, where auto runs the ring)" if self.key.gpu == machine.NONE else ""
+        if host and self.source is None:
+            return f"{what}: no GPU: auto runs the ring on host arrays (no tuning table)"
         if self.origin == ONE_RANK:
             return f"{what}: one rank: two-shot up to 4 MiB, NCCL above (no tuning table){host}"
         if self.source is None:

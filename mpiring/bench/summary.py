@@ -55,6 +55,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("algorithms", ", ".join(sw.algos) + (f" (speed-up vs {sw.baseline})"
                                               if sw.baseline else "")),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
+        *((("tuning", _tuning_line(sw)),) if AUTO in sw.algos else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
@@ -67,6 +68,12 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
                                  "time alone (mpiring/bench/overlap.py)"))
     return lines
+
+
+def _tuning_line(sw: Sweep) -> str:
+    """Which tuning table auto uses in this run (``Communicator.tuning``)."""
+    tuning = getattr(sw.comm, "tuning", None)
+    return tuning.describe() if tuning is not None else "unknown"
 
 
 def _left_out_line(sw: Sweep) -> str:
