@@ -69,6 +69,7 @@ class Dispatcher:
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
         self._memo: dict[tuple, tuple[Algorithm, bool]] = {}  # (row, ask_capture) by call
         self._plans: dict[tuple, Plan] = {}
+        self._made: set[str] = set()  # lazy rows that ran outside a capture (the same on every rank)
 
     def backend(self, memory: Memory) -> Backend:
         if memory is Memory.HOST:
@@ -110,6 +111,8 @@ class Dispatcher:
                 if len(self._plans) >= MEMO_ENTRIES:  # bounded: shapes vary without end in some programs
                     self._plans.clear()
                 self._plans[key] = plan
+                if plan.row.lazy:  # it runs now, outside a capture: its resources get made
+                    self._made.add(plan.row.name)
         call = Call(None if plan.in_place else send, recv, plan.op, nb)
         return Prepared(call, plan.row, plan.run, plan.backend, plan.values)
 
@@ -232,9 +235,10 @@ class Dispatcher:
     def _auto_choice(self, nbytes: int, memory: Memory, collective: Collective) -> str:
         """What auto runs. Across nodes: ``hier`` (allreduce), the flat baseline (the other
         collectives). On one node: the ring for the other collectives; for allreduce the tuning
-        table's choice (its graph entries while a CUDA graph is being captured, its eager ones
-        otherwise), moved to the next candidate that can run the call (fits its size limit;
-        capturable while a CUDA graph is being captured)."""
+        table's choice (its graph entries while a CUDA graph is being captured, unless theirs is
+        a lazy row that has not run outside a capture yet; its eager ones otherwise), moved to
+        the next candidate that can run the call (fits its size limit; capturable while a CUDA
+        graph is being captured)."""
         gpu = self.gpu if memory is Memory.CUDA else None
         if self.topology.nodes > 1:
             if collective is Collective.ALLREDUCE:
@@ -251,7 +255,11 @@ class Dispatcher:
             first = "twoshot" if nbytes <= ONE_RANK_KERNEL_BYTES else "nccl"
         else:  # asks the GPU whether it is capturing only where the table's answer depends on it
             size = self.topology.size
-            first = self.tuning.choose(size, nbytes, self.tuning.differs(size, nbytes) and gpu.capturing())
+            first = self.tuning.choose(size, nbytes)
+            if self.tuning.differs(size, nbytes) and gpu.capturing():
+                graph = self.tuning.choose(size, nbytes, graph=True)
+                if not algorithms.get(graph).lazy or graph in self._made:
+                    first = graph
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
             row = algorithms.get(name)
             limit = row.max_bytes(gpu)

@@ -303,6 +303,7 @@ def split_dispatcher(gpu: FakeGpu) -> Dispatcher:
 def test_auto_uses_the_graph_entries_while_capturing_and_the_memo_leaks_neither_way() -> None:
     gpu = FakeGpu()
     d = split_dispatcher(gpu)
+    d._made.add("nccl")  # as if an eager call had run NCCL (see the lazy-row test below)
     for _ in range(2):  # the second round answers from the memo
         gpu.capture = False
         assert d.row(1024, Memory.CUDA, None).name == "nccl"
@@ -342,26 +343,45 @@ def test_mpiring_algo_and_other_calls_ignore_the_graph_entries() -> None:
     assert d._table_decides(Memory.CUDA, None, Collective.ALLREDUCE)
 
 
-def test_a_cached_eager_plan_is_not_replayed_into_a_graph_where_the_table_differs() -> None:
-    """prepare() keeps plans of eager calls; a call of the same shape while capturing gets the
-    graph entry's row (and the eager call after it the eager row again)."""
+_SMALL = np.zeros(4, np.float32)
+
+
+def prepare_on_gpu(d: Dispatcher, gpu: FakeGpu, nbytes: int, capture: bool,
+                   monkeypatch: pytest.MonkeyPatch) -> str:
+    """The row prepare() gives an in-place allreduce of ``nbytes`` of GPU memory (a host array
+    described as device memory: the dispatcher only reads the description)."""
     import mpiring.dispatch as dispatch_module
     from mpiring import buffers
 
-    gpu = FakeGpu()
-    gpu.check_buffer = lambda b, role: None
-    d = split_dispatcher(gpu)
-    buf = np.zeros(256, np.float32)  # 1 KiB: eager nccl, graph oneshot
+    buf = _SMALL  # one address for every call: a plan per size; the count says the size
     desc = buffers.describe(buf, "recvbuf")
-    fake = buffers.Buffer(Memory.CUDA, desc.address, desc.count, desc.dtype, False, None, buf)
-    original = dispatch_module.describe
-    try:
-        dispatch_module.describe = lambda obj, role: fake
-        picks = []
-        for capture in (False, True, False, True):
-            gpu.capture = capture
-            picks.append(d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name)
-        assert picks == ["nccl", "oneshot", "nccl", "oneshot"]
-        assert len(d._plans) == 1  # only the eager plan is kept
-    finally:
-        dispatch_module.describe = original
+    fake = buffers.Buffer(Memory.CUDA, desc.address, nbytes // 4, desc.dtype, False, None, buf)
+    monkeypatch.setattr(dispatch_module, "describe", lambda obj, role: fake)
+    gpu.check_buffer = lambda b, role: None
+    gpu.capture = capture
+    return d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name
+
+
+def test_a_cached_eager_plan_is_not_replayed_into_a_graph_where_the_table_differs(monkeypatch) -> None:
+    """prepare() keeps plans of eager calls; a call of the same shape while capturing gets the
+    graph entry's row (and the eager call after it the eager row again)."""
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    picks = [prepare_on_gpu(d, gpu, 1024, capture, monkeypatch) for capture in (False, True, False, True)]
+    assert picks == ["nccl", "oneshot", "nccl", "oneshot"]  # 1 KiB: eager nccl, graph oneshot
+    assert len(d._plans) == 1  # only the eager plan is kept
+
+
+def test_a_lazy_row_is_captured_only_after_it_ran_outside_a_capture(monkeypatch) -> None:
+    """NCCL makes its communicator at its first call, which a capture cannot do: where the
+    graph entry says nccl (1 GiB here) but NCCL never ran on this communicator, auto keeps the
+    eager entry's row (twoshot); once an eager call ran NCCL (1 KiB), the graph entry counts."""
+    assert algorithms.get("nccl").lazy and not algorithms.get("oneshot").lazy
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "twoshot"
+    assert prepare_on_gpu(d, gpu, 1 << 30, False, monkeypatch) == "twoshot"
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "twoshot" and not d._made
+    assert prepare_on_gpu(d, gpu, 1024, False, monkeypatch) == "nccl" and d._made == {"nccl"}
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "nccl"
+    assert prepare_on_gpu(d, gpu, 1 << 30, False, monkeypatch) == "twoshot"

@@ -97,6 +97,9 @@ class Algorithm:
         allgather: ``run`` of ``Allgather``, if the row has one.
         averages: its entries take ``Op.AVG`` themselves (NCCL's ``ncclAvg``); for the other
             rows the dispatcher runs ``SUM`` and then divides the result by the rank count.
+        lazy: it makes per-communicator resources at its first call (NCCL's communicator),
+            which cannot happen while a CUDA graph is being captured: auto's graph entries
+            pick it only once it ran outside a capture.
     """
 
     name: str
@@ -115,6 +118,7 @@ class Algorithm:
     reduce_scatter: Run | None = None
     allgather: Run | None = None
     averages: bool = False
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":
