@@ -24,9 +24,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import algorithms, cuda
+from . import tuning as auto_tuning
 from .agreement import FIELDS, AgreementCheck, all_ranks, join
 from .algorithms import Collective
-from .algorithms import auto as auto_table
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
@@ -100,9 +100,9 @@ class Communicator:
             opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes)
             if inter not in INTERS:
                 raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
-            tuning = auto_table.load()
+            given = auto_tuning.explicit()  # MPIRING_TUNING_FILE, read and checked now
         except InvalidArgumentError as err:
-            opts, rejected, tuning = Options.fallback(), err, auto_table.TuningTable({})
+            opts, rejected, given = Options.fallback(), err, None
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
@@ -115,8 +115,10 @@ class Communicator:
         try:
             self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
             host = self._set_up(groups, gpu, device, opts.slot_bytes, inter)
-            self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced, tuning,
-                                        groups.topology, host, self._gpu)
+            buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
+            self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout)
+            self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
+                                        self._tuning.table, groups.topology, host, self._gpu)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -138,6 +140,11 @@ class Communicator:
     def topology(self) -> Topology:
         """Where the ranks are: nodes, places, rails (:class:`mpiring.topology.Topology`)."""
         return self._dispatch.topology
+
+    @property
+    def tuning(self) -> auto_tuning.Choice:
+        """The table auto uses here, its machine key and origin; ``.describe()``: in one line."""
+        return self._tuning
 
     def _set_up(self, groups: Groups, gpu: bool | None, device: int | None, slot_bytes: int | None,
                 inter: str) -> HostBackend:
@@ -178,10 +185,8 @@ class Communicator:
 
     def _usable(self) -> None:
         if self._failed:
-            raise CommunicatorClosedError(
-                f"this communicator failed earlier ({self._failed}) and refuses further use: "
-                "close it and create a new one"
-            )
+            raise CommunicatorClosedError(f"this communicator failed earlier ({self._failed}) and "
+                                          "refuses further use: close it and create a new one")
         if self._closed:
             raise CommunicatorClosedError("this communicator is closed")
         gpu_error = self._gpu.failure() if self._gpu is not None else None
@@ -198,8 +203,7 @@ class Communicator:
 
         GPU calls return once enqueued. A failure they meet later (a peer that does not answer
         within the timeout, or an abort by a peer) is raised here, or by the next call. Host
-        calls complete before they return: then this only checks for failures.
-        """
+        calls complete before they return: then this only checks for failures."""
         if not self._lock.acquire(False):
             raise self._busy("synchronize()")
         try:
@@ -218,8 +222,7 @@ class Communicator:
         return ConcurrentCallError(
             f"rank {getattr(self, 'rank', '?')}: {what} was called while another call on this "
             "communicator is in progress (in another thread): MPI forbids concurrent calls on one "
-            "communicator; use one communicator per thread, or serialize the calls"
-        )
+            "communicator; use one communicator per thread, or serialize the calls")
 
     @property
     def closed(self) -> bool:
@@ -339,10 +342,8 @@ class Communicator:
                 gpu: bool | None = None, collective: Collective = Collective.ALLREDUCE) -> str:
         """The algorithm a call of ``count`` elements (the whole vector) of ``dtype`` runs:
         ``algorithm`` (default: the communicator's), with ``"auto"`` replaced by its choice."""
-        on_gpu = self.gpu if gpu is None else gpu
-        nbytes = int(count) * np.dtype(dtype).itemsize
-        memory = Memory.CUDA if on_gpu else Memory.HOST
-        return self._dispatch.row(nbytes, memory, algorithm, collective).name
+        memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
+        return self._dispatch.row(int(count) * np.dtype(dtype).itemsize, memory, algorithm, collective).name
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:
@@ -359,11 +360,9 @@ class Communicator:
     # -- lifetime ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Collective: wait for outstanding work, release staging memory and handles.
-
-        Bounded by the timeout. After a failure it does not wait for peers (they may be gone):
-        the host shared memory is then left to MPI_Finalize.
-        """
+        """Collective: wait for outstanding work, release staging memory and handles. Bounded
+        by the timeout. After a failure it does not wait for peers (they may be gone): the host
+        shared memory is then left to MPI_Finalize."""
         if self._closed:
             return
         if not self._lock.acquire(False):

@@ -47,6 +47,7 @@ class Plan:
     values: dict[str, int]  # what the agreement check compares (never modified)
     op: Op  # what the row runs (avg: sum, then a division pass)
     in_place: bool
+    ask_capture: bool  # whether a capture begun since could change the row (see Dispatcher.row)
 
 
 class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immutable record
@@ -66,8 +67,9 @@ class Dispatcher:
                  gpu: Backend | None) -> None:
         self.algorithm, self.batches, self.forced = algorithm, batches, forced
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
-        self._memo: dict[tuple, Algorithm] = {}
+        self._memo: dict[tuple, tuple[Algorithm, bool]] = {}  # (row, ask_capture) by call
         self._plans: dict[tuple, Plan] = {}
+        self._made: set[str] = set()  # lazy rows that ran outside a capture (the same on every rank)
 
     def backend(self, memory: Memory) -> Backend:
         if memory is Memory.HOST:
@@ -99,8 +101,9 @@ class Dispatcher:
                recv.dtype, recv.memory, recv.readonly,
                None if in_place else (send.address, send.count, send.dtype, send.memory))
         plan = self._plans.get(key)
-        # A row that cannot be captured is asked afresh whether a graph is being captured now.
-        if plan is None or not (plan.row.graph_capturable or not plan.backend.capturing()):
+        # A row that cannot be captured, or one auto's graph entries would replace, is asked
+        # afresh whether a graph is being captured now.
+        if plan is None or (plan.ask_capture and plan.backend.capturing()):
             plan = self._plan(collective, send, recv, in_place, the_op, algorithm, nb)
             # Not a plan made while capturing: auto then picks among capturable rows only, and
             # an eager call must not inherit that choice (as in row()).
@@ -108,6 +111,8 @@ class Dispatcher:
                 if len(self._plans) >= MEMO_ENTRIES:  # bounded: shapes vary without end in some programs
                     self._plans.clear()
                 self._plans[key] = plan
+                if plan.row.lazy:  # it runs now, outside a capture: its resources get made
+                    self._made.add(plan.row.name)
         call = Call(None if plan.in_place else send, recv, plan.op, nb)
         return Prepared(call, plan.row, plan.run, plan.backend, plan.values)
 
@@ -120,7 +125,8 @@ class Dispatcher:
         else:
             _check_blocks(collective, None if in_place else send, recv, self.topology.size)
         total = recv.count if collective is not Collective.REDUCE_SCATTER or in_place else send.count
-        row = self.row(total * recv.dtype.itemsize, recv.memory, algorithm, collective)
+        nbytes = total * recv.dtype.itemsize
+        row = self.row(nbytes, recv.memory, algorithm, collective)
         if recv.readonly:
             raise InvalidArgumentError("recvbuf is read-only: the result cannot be written into it")
         backend.check_buffer(recv, "recvbuf")
@@ -138,7 +144,8 @@ class Dispatcher:
                 the_op, run = Op.SUM, _then_average(run, collective, self.topology.size)
         if row.check is not None:
             row.check(backend, Call(None if in_place else send, recv, the_op, nb))
-        return Plan(row, run, backend, values, the_op, in_place)
+        ask = self._ask_capture(row, nbytes, recv.memory, algorithm, collective)
+        return Plan(row, run, backend, values, the_op, in_place, ask)
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:
@@ -146,24 +153,46 @@ class Dispatcher:
 
         Hot path: the answer depends only on these arguments, the table, and this
         communicator's fixed settings (topology, tuning table, size limits), except for graph
-        capture, which is asked afresh (and only for a row that cannot be captured). So answers
-        are memoized per (arguments, table version); errors are not, nor auto's answers given
-        while a graph is being captured (it then picks among capturable rows only: an eager
-        call must not inherit that choice)."""
+        capture, which is asked afresh, and only where it could change the answer: for a row
+        that cannot be captured, and for auto where the tuning table's graph entries pick
+        otherwise than its eager ones at this size. So answers are memoized per (arguments,
+        table version); errors are not, nor auto's answers given while a graph is being
+        captured (an eager call must not inherit that choice, nor a captured call the eager
+        one: see :meth:`_ask_capture`)."""
         if algorithm is not None and type(algorithm) is not str:  # e.g. a list: not a key
             algorithm = algorithms.check_name(algorithm)
         key = (nbytes, memory, algorithm, collective, algorithms.version())
         hit = self._memo.get(key)
-        if hit is not None and (hit.graph_capturable or not self.backend(memory).capturing()):
-            return hit
+        if hit is not None and not (hit[1] and self.backend(memory).capturing()):
+            return hit[0]
         row = self._resolve(nbytes, memory, algorithm, collective)
         by_auto = (self.algorithm if algorithm is None else algorithm) == AUTO
         if by_auto and row.graph_capturable and self.backend(memory).capturing():
             return row
         if len(self._memo) >= MEMO_ENTRIES:  # bounded: sizes vary without end in some programs
             self._memo.clear()
-        self._memo[key] = row
+        self._memo[key] = (row, self._ask_capture(row, nbytes, memory, algorithm, collective))
         return row
+
+    def _ask_capture(self, row: Algorithm, nbytes: int, memory: Memory, algorithm: str | None,
+                     collective: Collective) -> bool:
+        """Whether a remembered eager answer (``row``) must be checked against a capture begun
+        since: ``row`` cannot be captured, or auto's graph entries pick another row at this
+        size (eager and graph winners differ; the table says where)."""
+        if not row.graph_capturable:
+            return True
+        return self._table_decides(memory, algorithm, collective) and \
+            self.tuning.differs(self.topology.size, nbytes)
+
+    def _table_decides(self, memory: Memory, algorithm: str | None, collective: Collective) -> bool:
+        """Whether auto's choice for such a call comes from the tuning table (GPU allreduce on one
+        node of several ranks, with no MPIRING_ALGO that serves it)."""
+        name = self.algorithm if algorithm is None else algorithm
+        forced = self.forced
+        return (name == AUTO and memory is Memory.CUDA and collective is Collective.ALLREDUCE
+                and self.topology.nodes == 1 and self.topology.size > 1
+                and not (forced is not None
+                         and _fits(algorithms.get(forced), memory, collective, self.topology)))
 
     def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None,
                  collective: Collective) -> Algorithm:
@@ -209,8 +238,10 @@ class Dispatcher:
     def _auto_choice(self, nbytes: int, memory: Memory, collective: Collective) -> str:
         """What auto runs. Across nodes: ``hier`` (allreduce), the flat baseline (the other
         collectives). On one node: the ring for the other collectives; for allreduce the tuning
-        table's choice, moved to the next candidate that can run the call (fits its size
-        limit; capturable while a CUDA graph is being captured)."""
+        table's choice (its graph entries while a CUDA graph is being captured, unless theirs is
+        a lazy row that has not run outside a capture yet; its eager ones otherwise), moved to
+        the next candidate that can run the call (fits its size limit; capturable while a CUDA
+        graph is being captured)."""
         gpu = self.gpu if memory is Memory.CUDA else None
         if self.topology.nodes > 1:
             if collective is Collective.ALLREDUCE:
@@ -225,8 +256,13 @@ class Dispatcher:
             return candidates[0]
         if self.topology.size == 1:  # a copy: one kernel launch, or NCCL's copy when large
             first = "twoshot" if nbytes <= ONE_RANK_KERNEL_BYTES else "nccl"
-        else:
-            first = self.tuning.choose(self.topology.size, nbytes)
+        else:  # asks the GPU whether it is capturing only where the table's answer depends on it
+            size = self.topology.size
+            first = self.tuning.choose(size, nbytes)
+            if self.tuning.differs(size, nbytes) and gpu.capturing():
+                graph = self.tuning.choose(size, nbytes, graph=True)
+                if not algorithms.get(graph).lazy or graph in self._made:
+                    first = graph
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
             row = algorithms.get(name)
             limit = row.max_bytes(gpu)

@@ -42,3 +42,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="needs CuPy and a CUDA GPU")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _empty_tuning_dir(tmp_path_factory: pytest.TempPathFactory):
+    """auto's per-user tables (mpiring.tuning) come from an empty directory of the test run's
+    own: tables tuned into ~/.cache on this machine must not change what the tests see, nor may
+    a test write there. Tests that need a user table set MPIRING_TUNING_DIR themselves."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MPIRING_TUNING_DIR", str(tmp_path_factory.mktemp("user-tuning")))
+    yield
+    patch.undo()

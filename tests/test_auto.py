@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mpiring.algorithms import auto as tuning
-from mpiring.algorithms import auto_candidates
+from mpiring.algorithms import auto_candidates, get
 from mpiring.errors import InvalidArgumentError
+from mpiring.machine import MachineKey
 
 
 def table(rows: dict) -> tuning.TuningTable:
@@ -153,3 +155,106 @@ def test_auto_runs_hier_across_nodes() -> None:
     gpu = _FakeGpu(capturing=False)
     assert _auto(gpu, 1024, {"2": [[None, "oneshot"]]}, nodes=2) == "hier"
     assert gpu.asked == 0
+
+
+# -- format 2: tables keyed by machine, eager and graph entries --------------------------------
+
+H200_2 = MachineKey("NVIDIA H200", 2, "nvlink")
+
+
+def table2(rows: dict, gpu: str | None = "NVIDIA H200", link: str | None = "nvlink") -> tuning.TuningTable:
+    return tuning.parse({"format": 2, "gpu": gpu, "link": link, "tables": rows})
+
+
+def test_graph_entries_serve_captured_calls_and_eager_ones_the_rest() -> None:
+    t = table2({"2": {"eager": [[4096, "nccl"], [None, "ring"]],
+                      "graph": [[1 << 20, "oneshot"], [None, "twoshot"]]},
+                "4": {"eager": [[None, "twoshot"]]}})
+    assert t.choose(2, 1024) == "nccl" and t.choose(2, 1024, graph=True) == "oneshot"
+    assert t.choose(2, 1 << 30) == "ring" and t.choose(2, 1 << 30, graph=True) == "twoshot"
+    assert t.choose(4, 1024, graph=True) == "twoshot"  # no graph entries: eager serves graphs
+    assert t.choose(3, 1024, graph=True) == tuning.builtin_choice(3, 1024)
+    assert t.differs(2, 1024) and t.differs(2, 1 << 30) and not t.differs(4, 1024)
+
+
+def test_a_table_covers_its_machine_only() -> None:
+    t = table2({"2": {"eager": [[None, "nccl"]]}})
+    assert t.covers(H200_2)
+    assert not t.covers(H200_2._replace(ranks=4))  # no entries for 4 ranks
+    assert not t.covers(H200_2._replace(link="pcie"))
+    assert not t.covers(H200_2._replace(gpu="NVIDIA H100"))
+    anything = table2({"2": {"eager": [[None, "nccl"]]}}, gpu=None, link=None)
+    assert anything.covers(H200_2._replace(gpu="NVIDIA H100", link="pcie"))
+    old = table({"2": [[None, "nccl"]]})  # format 1: any GPU, any link
+    assert (old.gpu, old.link, old.graph) == (None, None, {}) and old.covers(H200_2)
+    assert t.describe_machine() == "NVIDIA H200, nvlink, 2 ranks"
+    assert table({"1": [[None, "ring"]], "2": [[None, "ring"]], "8": [[None, "ring"]]}) \
+        .describe_machine() == "any GPU, any link, 1, 2 and 8 ranks"
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"2": [[None, "ring"]]}, 'must be {"eager"'),
+    ({"2": {"graph": [[None, "nccl"]]}}, 'must be {"eager"'),
+    ({"2": {"eager": [[None, "nccl"]], "grpah": []}}, "unknown key 'grpah'"),
+    ({"2": {"eager": [[None, "nccl"]], "graph": [[None, "ring"]]}}, "cannot be captured"),
+    ({"2": {"eager": [], "graph": [[None, "nccl"]]}}, "graph entries but no eager"),
+    ({"2": {"eager": "nccl"}}, "must be a list"),
+    ({"2": {"eager": [[10, "nccl"], [5, "ring"]]}}, "sizes for 2 ranks must be increasing"),
+    ({"2": {"eager": [[None, "nccl"]], "graph": [[None, "bogus"]]}}, "for 2 ranks (graph)"),
+    ({"0": {"eager": [[None, "nccl"]]}}, "at least 1"),
+])
+def test_bad_format_2_tables_are_refused_with_the_reason(data: dict, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        table2(data)
+
+
+@pytest.mark.parametrize("doc", [{"format": 2, "gpu": 7, "tables": {}},
+                                 {"format": 2, "link": "", "tables": {}},
+                                 {"format": 2, "tables": [["2", []]]},
+                                 {"format": True, "tables": {}}, ["format", 2]])
+def test_bad_labels_and_shapes_are_refused(doc) -> None:
+    with pytest.raises(InvalidArgumentError, match="tuning table|must"):
+        tuning.parse(doc, "t.json")
+
+
+def test_errors_name_the_file(tmp_path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"format": 2, "tables": {"2": {"eager": [[1, "warp"]]}}}))
+    with pytest.raises(InvalidArgumentError, match=f"{re.escape(str(path))}: unknown algorithm 'warp'"):
+        tuning.load(path)
+
+
+# Ladders as a tuner could write them: increasing limits, any candidates, the last one open or not.
+LADDERS = st.lists(st.tuples(st.integers(1, 1 << 34), st.sampled_from(auto_candidates())),
+                   min_size=1, max_size=12, unique_by=lambda e: e[0]).map(
+    lambda rows: sorted(rows)).flatmap(
+    lambda rows: st.booleans().map(lambda open_end: [[m, a] for m, a in rows[:-1]]
+                                   + [[None if open_end else rows[-1][0], rows[-1][1]]]))
+CAPTURABLE = [a for a in auto_candidates() if get(a).graph_capturable]
+
+
+def _index(entries, nbytes: int) -> int:
+    return next((i for i, (m, _) in enumerate(entries) if m is None or nbytes <= m), len(entries) - 1)
+
+
+@given(LADDERS, st.lists(st.integers(0, 1 << 36), min_size=2, max_size=20))
+def test_choose_covers_every_size_and_is_monotone_in_size(rows, sizes) -> None:
+    """Every size gets a candidate, and a larger message never goes back to an earlier entry."""
+    t = table2({"3": {"eager": rows}})
+    entries = t.tables[3]
+    previous = -1
+    for nbytes in sorted(sizes):
+        assert t.choose(3, nbytes) in auto_candidates()
+        assert t.choose(3, nbytes) == entries[_index(entries, nbytes)][1]
+        assert _index(entries, nbytes) >= previous
+        previous = _index(entries, nbytes)
+
+
+@given(LADDERS, LADDERS.filter(lambda rows: all(a in CAPTURABLE for _, a in rows)),
+       st.sampled_from([None, "NVIDIA H200"]), st.sampled_from([None, "pcie"]))
+def test_format_2_round_trip(eager, graph, gpu, link) -> None:
+    t = table2({"2": {"eager": eager, "graph": graph}, "5": {"eager": eager}}, gpu, link)
+    again = tuning.parse(json.loads(json.dumps(tuning.to_json(t))))
+    assert again == t and again.graph.keys() == {2}
+    for nbytes in (0, 1, 4096, 1 << 20, 1 << 40):
+        assert again.choose(2, nbytes, graph=True) == tuning.pick(t.graph[2], nbytes)

@@ -291,3 +291,103 @@ def test_a_cached_plan_still_refuses_a_ring_once_a_capture_began() -> None:
         assert alone.prepare(Collective.ALLGATHER, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name == "ring"
     finally:
         dispatch_module.describe = original
+
+
+# -- auto's graph entries (tuning table format 2) ------------------------------------------------
+
+SPLIT = {"format": 2, "tables": {"2": {"eager": [[1 << 20, "nccl"], [None, "twoshot"]],
+                                       "graph": [[4096, "oneshot"], [None, "nccl"]]}}}
+
+
+def split_dispatcher(gpu: FakeGpu) -> Dispatcher:
+    """Two ranks on one node, a table whose eager and graph entries differ: eager nccl up to
+    1 MiB, twoshot above; in graphs oneshot up to 4 KiB, nccl above."""
+    return Dispatcher("auto", None, None, auto_table.parse(SPLIT), from_node_keys([0, 0]), host=None,
+                      gpu=gpu)
+
+
+def test_auto_uses_the_graph_entries_while_capturing_and_the_memo_leaks_neither_way() -> None:
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    d._made.add("nccl")  # as if an eager call had run NCCL (see the lazy-row test below)
+    for _ in range(2):  # the second round answers from the memo
+        gpu.capture = False
+        assert d.row(1024, Memory.CUDA, None).name == "nccl"
+        assert d.row(1 << 30, Memory.CUDA, None).name == "twoshot"
+        gpu.capture = True
+        assert d.row(1024, Memory.CUDA, None).name == "oneshot"  # not the eager answer kept
+        assert d.row(1 << 30, Memory.CUDA, None).name == "nccl"
+    gpu.capture = False
+    assert d.row(1024, Memory.CUDA, None).name == "nccl"  # nor the captured one
+    assert d.row(1024, Memory.CUDA, "auto").name == "nccl"
+
+
+def test_where_both_entries_agree_no_capture_query_is_made() -> None:
+    """The hot path: 64 KiB is nccl in both ladders, so neither a miss nor a hit asks the GPU."""
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    for _ in range(3):
+        assert d.row(64 << 10, Memory.CUDA, None).name == "nccl"
+    assert gpu.asked == 1  # the miss asks once whether to keep its answer (as before)
+    assert d._auto_choice(64 << 10, Memory.CUDA, Collective.ALLREDUCE) == "nccl"
+    assert gpu.asked == 1
+    d._auto_choice(1024, Memory.CUDA, Collective.ALLREDUCE)
+    assert gpu.asked == 2  # where they differ, auto must know
+
+
+def test_mpiring_algo_and_other_calls_ignore_the_graph_entries() -> None:
+    gpu = FakeGpu()
+    forced = Dispatcher("auto", None, "twoshot", auto_table.parse(SPLIT), from_node_keys([0, 0]),
+                        host=None, gpu=gpu)
+    gpu.capture = True
+    assert forced.row(1024, Memory.CUDA, None).name == "twoshot"
+    assert not forced._table_decides(Memory.CUDA, None, Collective.ALLREDUCE)
+    d = split_dispatcher(gpu)
+    assert not d._table_decides(Memory.CUDA, "nccl", Collective.ALLREDUCE)
+    assert not d._table_decides(Memory.HOST, None, Collective.ALLREDUCE)
+    assert not d._table_decides(Memory.CUDA, None, Collective.ALLGATHER)
+    assert d._table_decides(Memory.CUDA, None, Collective.ALLREDUCE)
+
+
+_SMALL = np.zeros(4, np.float32)
+
+
+def prepare_on_gpu(d: Dispatcher, gpu: FakeGpu, nbytes: int, capture: bool,
+                   monkeypatch: pytest.MonkeyPatch) -> str:
+    """The row prepare() gives an in-place allreduce of ``nbytes`` of GPU memory (a host array
+    described as device memory: the dispatcher only reads the description)."""
+    import mpiring.dispatch as dispatch_module
+    from mpiring import buffers
+
+    buf = _SMALL  # one address for every call: a plan per size; the count says the size
+    desc = buffers.describe(buf, "recvbuf")
+    fake = buffers.Buffer(Memory.CUDA, desc.address, nbytes // 4, desc.dtype, False, None, buf)
+    monkeypatch.setattr(dispatch_module, "describe", lambda obj, role: fake)
+    gpu.check_buffer = lambda b, role: None
+    gpu.capture = capture
+    return d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, buf, MPI.SUM, None, None).row.name
+
+
+def test_a_cached_eager_plan_is_not_replayed_into_a_graph_where_the_table_differs(monkeypatch) -> None:
+    """prepare() keeps plans of eager calls; a call of the same shape while capturing gets the
+    graph entry's row (and the eager call after it the eager row again)."""
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    picks = [prepare_on_gpu(d, gpu, 1024, capture, monkeypatch) for capture in (False, True, False, True)]
+    assert picks == ["nccl", "oneshot", "nccl", "oneshot"]  # 1 KiB: eager nccl, graph oneshot
+    assert len(d._plans) == 1  # only the eager plan is kept
+
+
+def test_a_lazy_row_is_captured_only_after_it_ran_outside_a_capture(monkeypatch) -> None:
+    """NCCL makes its communicator at its first call, which a capture cannot do: where the
+    graph entry says nccl (1 GiB here) but NCCL never ran on this communicator, auto keeps the
+    eager entry's row (twoshot); once an eager call ran NCCL (1 KiB), the graph entry counts."""
+    assert algorithms.get("nccl").lazy and not algorithms.get("oneshot").lazy
+    gpu = FakeGpu()
+    d = split_dispatcher(gpu)
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "twoshot"
+    assert prepare_on_gpu(d, gpu, 1 << 30, False, monkeypatch) == "twoshot"
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "twoshot" and not d._made
+    assert prepare_on_gpu(d, gpu, 1024, False, monkeypatch) == "nccl" and d._made == {"nccl"}
+    assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "nccl"
+    assert prepare_on_gpu(d, gpu, 1 << 30, False, monkeypatch) == "twoshot"

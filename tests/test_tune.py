@@ -10,8 +10,9 @@ from mpi4py import MPI
 
 from mpiring.algorithms import auto_candidates
 from mpiring.algorithms.auto import TuningTable, load, parse
-from mpiring.bench import tune
+from mpiring.bench import tune, tunefile
 from mpiring.bench.results import Row
+from mpiring.machine import MachineKey
 
 
 def test_options_and_the_bench_options_they_make():
@@ -72,7 +73,9 @@ def test_table_from_rows_and_its_file(tmp_path):
     path = tune.write_table(tmp_path / "t.json", table)
     assert load(path) == table and not (tmp_path / "t.json.tmp").exists()
     text = path.read_text()
-    assert '"4": [[1024, "oneshot"], [1048576, "twoshot"], [null, "ring"]]' in text
+    # Format 2 (format 1 had '"4": [[1024, "oneshot"], ...]'): the entries are the eager ones.
+    assert json.loads(text)["tables"]["4"] == {"eager": [[1024, "oneshot"], [1048576, "twoshot"],
+                                                         [None, "ring"]]}
     assert tune.table_lines(table.tables[4]) == [
         "up to 1 KiB        oneshot", "up to 1 MiB        twoshot", "above 1 MiB        ring"]
     assert tune.table_lines(((None, "ring"),)) == ["every size         ring"]
@@ -117,3 +120,91 @@ def test_serial_run_on_the_host(tmp_path, capsys):
     table = load(path)
     assert table.tables == {1: ((None, "ring"),)} and table.meta["runs"]["1"]["mode"] == "host"
     assert "every size         ring" in out and f"wrote {path}" in out
+
+
+# -- eager and graph entries, machine labels, the per-user destination --------------------------
+
+KEY = MachineKey("NVIDIA H200", 4, "nvlink")
+GRAPH_ROWS = [row("nccl", 1024, 9), row("oneshot", 1024, 7), row("twoshot", 1024, 11),
+              row("nccl", 1 << 20, 16), row("oneshot", 1 << 20, 19), row("twoshot", 1 << 20, 17),
+              row("nccl", 1 << 30, 4400), row("twoshot", 1 << 30, 4700)]
+
+
+def test_a_run_makes_eager_and_graph_entries_labelled_with_its_machine(tmp_path):
+    table = tune.make_table(tune.timings(ROWS, 4), 4, RUN, graph_times=tune.timings(GRAPH_ROWS, 4),
+                            key=KEY)
+    assert table.tables[4] == ((1024, "oneshot"), (1 << 20, "twoshot"), (None, "ring"))
+    assert table.graph[4] == ((1024, "oneshot"), (None, "nccl"))
+    assert (table.gpu, table.link) == ("NVIDIA H200", "nvlink") and table.covers(KEY)
+    path = tune.write_table(tmp_path / "t.json", table)
+    assert load(path) == table
+    assert ('  "4": {\n   "eager": [[1024, "oneshot"], [1048576, "twoshot"], [null, "ring"]],\n'
+            '   "graph": [[1024, "oneshot"], [null, "nccl"]]\n  }') in path.read_text()
+    assert tunefile.ladder_lines(table, 4) == [
+        "eager calls:", "  up to 1 KiB        oneshot", "  up to 1 MiB        twoshot",
+        "  above 1 MiB        ring", "CUDA graph replays:", "  up to 1 KiB        oneshot",
+        "  above 1 KiB        nccl"]
+    eager_only = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY)
+    assert tunefile.ladder_lines(eager_only, 4)[-1] == "CUDA graph replays: as eager calls (no graph entries)"
+
+
+def test_merging_keeps_labels_and_refuses_another_machine():
+    base = tune.make_table(tune.timings(ROWS, 4), 4, RUN, graph_times=tune.timings(GRAPH_ROWS, 4),
+                           key=KEY)
+    two = [(2, n, a, t) for _, n, a, t in tune.timings(ROWS, 4)]
+    merged = tune.make_table(two, 2, RUN, base, key=KEY._replace(ranks=2))
+    assert sorted(merged.tables) == [2, 4] and merged.graph.keys() == {4}  # no graph sweep for 2
+    assert (merged.gpu, merged.link) == ("NVIDIA H200", "nvlink")
+    again = tune.make_table(tune.timings(ROWS, 4), 4, RUN, merged, key=KEY)
+    assert again.graph.keys() == set()  # this run replaces the 4-rank table, graph entries too
+    assert tune.merge_problem(base, "gpu", KEY._replace(ranks=2)) == ""
+    assert "GPU model 'NVIDIA H200', this machine's is 'NVIDIA H100'" in \
+        tune.merge_problem(base, "gpu", KEY._replace(gpu="NVIDIA H100"))
+    assert "link 'nvlink', this machine's is 'pcie'" in \
+        tune.merge_problem(base, "gpu", KEY._replace(link="pcie"))
+    old = parse({"format": 1, "tables": {"2": [[None, "ring"]]}})  # any machine: stays so
+    assert tune.merge_problem(old, "gpu", KEY) == ""
+    assert tune.make_table(tune.timings(ROWS, 4), 4, RUN, old, key=KEY).gpu is None
+
+
+def test_graph_candidates_are_the_capturable_ones():
+    assert "ring" not in tune.graph_candidates(True) and set(tune.graph_candidates(True)) < \
+        set(tune.candidates(True))
+    assert tune.graph_candidates(False) == ()
+
+
+def test_python_m_mpiring_tune_writes_to_the_users_table(tmp_path, monkeypatch):
+    from mpiring import tune as entry
+    from mpiring import tuning
+
+    monkeypatch.setenv(tuning.TUNING_DIR, str(tmp_path / "deep" / "dir"))
+    o = tune.parse_args([], prog="python -m mpiring.tune", per_user=True)
+    assert o.per_user and o.prog == "mpiring.tune"
+    assert o.destination(4, KEY) == tmp_path / "deep" / "dir" / "nvidia-h200-4x-nvlink.json"
+    assert o.folder() == tmp_path / "deep" / "dir"
+    assert tune.destination_problem(o, 4) == ("", None) and o.folder().is_dir()  # made
+    o = tune.parse_args(["-o", str(tmp_path / "x.json")], prog="python -m mpiring.tune", per_user=True)
+    assert o.destination(4, KEY) == tmp_path / "x.json"
+    assert tune.parse_args([]).destination(4, KEY).name == "mpiring-tuning-4.json"  # the old command
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(tuning.TUNING_DIR, str(blocked / "sub"))
+    problem, _ = tune.destination_problem(tune.parse_args([], per_user=True), 4)
+    assert "cannot make the tuning directory" in problem and "MPIRING_TUNING_DIR" in problem
+    assert callable(entry.main)
+
+
+def test_help_says_where_the_table_goes(capsys):
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--help"], prog="python -m mpiring.tune", per_user=True)
+    out = capsys.readouterr().out
+    assert "usage: python -m mpiring.tune" in out and "MPIRING_TUNING_DIR" in out and "--show" in out
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
+def test_serial_show(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("MPIRING_TUNING_DIR", str(tmp_path))
+    assert tune.main(["--show", "--host", "--progress", "off"], prog="python -m mpiring.tune",
+                     per_user=True) == 0
+    out = capsys.readouterr().out
+    assert "# auto: 1 x none, none: no GPU: auto runs the ring on host arrays" in out

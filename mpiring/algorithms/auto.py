@@ -1,17 +1,30 @@
-"""What ``algorithm="auto"`` runs, by rank count and message size: its tuning table.
+"""What ``algorithm="auto"`` runs, by machine, rank count, message size and kind of call: its
+tuning table. Pure: no MPI, no GPU (:mod:`mpiring.tuning` finds the files, :mod:`mpiring.machine`
+tells the machine).
 
-The choice comes from a tuning table measured on the machine (``python -m mpiring.bench.tune``
-writes one); a table for the reference machine (4 and 2 H200s on NVLink) ships with the
-package. ``MPIRING_TUNING_FILE`` points at another table. Rank counts the table does not
-cover use the built-in rule below. Everything here is pure: no MPI, no GPU.
+A table is measured on one kind of machine (``python -m mpiring.tune`` measures this one) and
+says which: the GPU model and the link between the node's GPUs (a
+:class:`~mpiring.machine.MachineKey` adds the ranks on the node). Per rank count it holds two
+ladders of ``[max_bytes, algorithm]``: ``eager``, for calls made from Python one by one (bound
+by the host, 15-30 µs each on an H200), and ``graph``, for calls replayed from a CUDA graph
+(bound by the GPU, ~5 µs), whose winners differ. ``graph`` is optional: eager serves both then.
 
-File format (JSON)::
+Format 2 (JSON), what the tuner writes::
 
-    {"format": 1, "machine": "...", "measured": "...", "dtype": "float32", "op": "sum",
-     "tables": {"4": [[262144, "oneshot"], [67108864, "twoshot"], [null, "ring"]]}}
+    {"format": 2, "gpu": "NVIDIA H200", "link": "nvlink", "dtype": "float32", "op": "sum",
+     "runs": {"2": {...where, when and from what it was measured...}},
+     "tables": {"2": {"eager": [[2048, "nccl"], [536870912, "twoshot"], [null, "ring"]],
+                      "graph": [[1048576, "oneshot"], [null, "twoshot"]]}}}
 
-Each table lists ``[max_bytes, algorithm]`` in increasing ``max_bytes``; the first entry
-whose ``max_bytes`` is at least the message size wins; ``null`` means "any size".
+``"gpu"`` or ``"link"`` left out (or null) means "any". Format 1, written before machine keys,
+still reads: a table for any GPU and link, eager entries only::
+
+    {"format": 1, "tables": {"4": [[262144, "oneshot"], [67108864, "twoshot"], [null, "ring"]]}}
+
+Each ladder lists entries in increasing ``max_bytes``; the first whose ``max_bytes`` is at
+least the message size wins; ``null`` means "any size"; the last entry covers larger sizes even
+with a limit. Algorithm names are rows of the algorithm table marked ``auto``
+(:func:`mpiring.algorithms.auto_candidates`); graph entries must be rows that can be captured.
 """
 
 from __future__ import annotations
@@ -22,33 +35,71 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgumentError
 
-FORMAT = 1
+if TYPE_CHECKING:
+    from ..machine import MachineKey
+
+FORMAT = 2  # what to_json writes
+FORMATS = (1, 2)  # what parse reads
 SHIPPED = "tuning-h200.json"
+EAGER, GRAPH = "eager", "graph"
 
 Entry = tuple[int | None, str]
+Entries = tuple[Entry, ...]
+
+
+def pick(entries: Entries, nbytes: int) -> str:
+    """The algorithm of the first entry whose limit holds ``nbytes`` (the last one past all)."""
+    for max_bytes, algo in entries:
+        if max_bytes is None or nbytes <= max_bytes:
+            return algo
+    return entries[-1][1]
 
 
 @dataclass(frozen=True)
 class TuningTable:
-    """Per rank count, ``(max_bytes or None, algorithm)`` entries in increasing size."""
+    """One kind of machine's table: per rank count, eager entries (``tables``) and, optionally,
+    graph entries (``graph``); ``gpu``/``link`` None: any."""
 
-    tables: dict[int, tuple[Entry, ...]]
+    tables: dict[int, Entries]
     machine: str = ""
     measured: str = ""
     meta: dict = field(default_factory=dict, compare=False)
+    graph: dict[int, Entries] = field(default_factory=dict)
+    gpu: str | None = None
+    link: str | None = None
 
-    def choose(self, world_size: int, nbytes: int) -> str:
-        """The algorithm for a message of ``nbytes`` on ``world_size`` ranks."""
-        entries = self.tables.get(world_size)
+    def choose(self, world_size: int, nbytes: int, graph: bool = False) -> str:
+        """The algorithm for a message of ``nbytes`` on ``world_size`` ranks; ``graph``: while
+        a CUDA graph is being captured (the graph entries, else the eager ones)."""
+        entries = (self.graph.get(world_size) if graph else None) or self.tables.get(world_size)
         if not entries:
             return builtin_choice(world_size, nbytes)
-        for max_bytes, algo in entries:
-            if max_bytes is None or nbytes <= max_bytes:
-                return algo
-        return entries[-1][1]
+        return pick(entries, nbytes)
+
+    def differs(self, world_size: int, nbytes: int) -> bool:
+        """Whether a call of ``nbytes`` picks otherwise while a graph is being captured (only
+        then need the dispatcher ask whether one is)."""
+        entries = self.graph.get(world_size)
+        if not entries:
+            return False
+        return pick(entries, nbytes) != self.choose(world_size, nbytes)
+
+    def covers(self, key: MachineKey) -> bool:
+        """Whether this table serves the machine ``key`` (its model, link and rank count)."""
+        return (key.ranks in self.tables and self.gpu in (None, key.gpu)
+                and self.link in (None, key.link))
+
+    def describe_machine(self) -> str:
+        """``NVIDIA H200, nvlink, 2 and 4 ranks`` (``any GPU``, ``any link`` where unsaid)."""
+        counts = sorted(self.tables)
+        ranks = (" and ".join(map(str, counts)) if len(counts) < 3
+                 else ", ".join(map(str, counts[:-1])) + f" and {counts[-1]}")
+        return (f"{self.gpu or 'any GPU'}, {self.link or 'any link'}, "
+                f"{ranks or 'no'} rank{'' if counts == [1] else 's'}")
 
 
 def _candidates() -> tuple[str, ...]:
@@ -58,8 +109,14 @@ def _candidates() -> tuple[str, ...]:
     return auto_candidates()
 
 
+def _capturable(name: str) -> bool:
+    from . import get
+
+    return get(name).graph_capturable
+
+
 def builtin_choice(world_size: int, nbytes: int) -> str:
-    """The rule for rank counts no table covers: one-shot for small messages (latency),
+    """The rule for machines no table covers: one-shot for small messages (latency),
     two-shot for medium ones (all links at once), the copy-engine ring for large ones."""
     if world_size <= 1:
         return "ring"
@@ -70,46 +127,111 @@ def builtin_choice(world_size: int, nbytes: int) -> str:
     return "ring"
 
 
-def parse(data: dict, source: str = "tuning table") -> TuningTable:
-    """Validate a decoded JSON table; errors name the file and the problem."""
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InvalidArgumentError(f"{source}: not an mpiring tuning table of format {FORMAT}")
-    tables: dict[int, tuple[Entry, ...]] = {}
-    for key, rows in dict(data.get("tables", {})).items():
-        try:
-            world = int(key)
-        except ValueError:
-            raise InvalidArgumentError(f"{source}: rank count {key!r} is not an integer") from None
-        entries: list[Entry] = []
-        last = -1
-        for row in rows:
-            if not isinstance(row, (list, tuple)) or len(row) != 2:
-                raise InvalidArgumentError(f"{source}: entry {row!r} for {world} ranks is not "
-                                           "[max_bytes, algorithm]")
-            max_bytes, algo = row
-            if algo not in _candidates():
-                raise InvalidArgumentError(f"{source}: unknown algorithm {algo!r} for {world} ranks "
-                                           f"(choose from {', '.join(_candidates())})")
-            if max_bytes is not None:
-                if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= last:
-                    raise InvalidArgumentError(f"{source}: sizes for {world} ranks must be increasing "
-                                               f"integers, got {max_bytes!r} after {last}")
-                last = max_bytes
-            elif row is not rows[-1]:
-                raise InvalidArgumentError(f"{source}: only the last entry for {world} ranks may "
-                                           "have no size limit")
-            entries.append((max_bytes, algo))
+def _label(data: dict, name: str, source: str) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError(f"{source}: {name!r} must be a non-empty string (or null for "
+                                   f"any), got {value!r}")
+    return value
+
+
+def _entries(rows: Any, where: str, source: str, graph: bool = False) -> Entries:
+    """One ladder, checked: ``where`` names it in errors (``4 ranks``, ``4 ranks (graph)``)."""
+    if not isinstance(rows, list):
+        raise InvalidArgumentError(f"{source}: the entries for {where} must be a list of "
+                                   f"[max_bytes, algorithm], got {rows!r}")
+    entries: list[Entry] = []
+    last = -1
+    for row in rows:
+        if not isinstance(row, (list, tuple)) or len(row) != 2:
+            raise InvalidArgumentError(f"{source}: entry {row!r} for {where} is not "
+                                       "[max_bytes, algorithm]")
+        max_bytes, algo = row
+        if algo not in _candidates():
+            raise InvalidArgumentError(f"{source}: unknown algorithm {algo!r} for {where} "
+                                       f"(choose from {', '.join(_candidates())})")
+        if graph and not _capturable(algo):
+            raise InvalidArgumentError(f"{source}: {algo!r} cannot be captured into a CUDA graph, "
+                                       f"so it cannot be a graph entry for {where}")
+        if max_bytes is not None:
+            if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= last:
+                raise InvalidArgumentError(f"{source}: sizes for {where} must be increasing "
+                                           f"integers, got {max_bytes!r} after {last}")
+            last = max_bytes
+        elif row is not rows[-1]:
+            raise InvalidArgumentError(f"{source}: only the last entry for {where} may "
+                                       "have no size limit")
+        entries.append((max_bytes, algo))
+    return tuple(entries)
+
+
+def _rank_count(key: Any, source: str) -> int:
+    try:
+        world = int(key)
+    except ValueError:
+        raise InvalidArgumentError(f"{source}: rank count {key!r} is not an integer") from None
+    if world < 1:
+        raise InvalidArgumentError(f"{source}: rank count {key!r} must be at least 1")
+    return world
+
+
+def parse(data: Any, source: str = "tuning table") -> TuningTable:
+    """Validate a decoded JSON table (format 1 or 2); errors name the file and the problem."""
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt not in FORMATS or isinstance(fmt, bool):
+        raise InvalidArgumentError(f"{source}: not an mpiring tuning table of format 1 or 2 "
+                                   f"(its \"format\" is {fmt!r})")
+    raw = data.get("tables", {})
+    if not isinstance(raw, dict):
+        raise InvalidArgumentError(f"{source}: \"tables\" must map rank counts to entries")
+    eager: dict[int, Entries] = {}
+    graph: dict[int, Entries] = {}
+    for key, value in raw.items():
+        world = _rank_count(key, source)
+        ladders = {EAGER: value} if fmt == 1 else value
+        if fmt == 2 and (not isinstance(value, dict) or EAGER not in value):
+            raise InvalidArgumentError(f"{source}: the table for {world} ranks must be "
+                                       '{"eager": [...], "graph": [...]} (graph optional)')
+        unknown = sorted(set(ladders) - {EAGER, GRAPH})
+        if unknown:
+            raise InvalidArgumentError(f"{source}: unknown key {unknown[0]!r} in the table for "
+                                       f"{world} ranks (expected {EAGER!r} and {GRAPH!r})")
+        entries = _entries(ladders[EAGER], f"{world} ranks", source)
         if entries:
-            tables[world] = tuple(entries)
-    return TuningTable(tables, str(data.get("machine", "")), str(data.get("measured", "")),
-                       {k: v for k, v in data.items() if k not in ("tables", "format")})
+            eager[world] = entries
+        if ladders.get(GRAPH) is not None:
+            entries = _entries(ladders[GRAPH], f"{world} ranks (graph)", source, graph=True)
+            if entries and world not in eager:
+                raise InvalidArgumentError(f"{source}: {world} ranks have graph entries but no "
+                                           "eager ones (eager serves calls outside graphs)")
+            if entries:
+                graph[world] = entries
+    gpu, link = (None, None) if fmt == 1 else (_label(data, "gpu", source), _label(data, "link", source))
+    meta = {k: v for k, v in data.items() if k not in ("tables", "format", "gpu", "link")}
+    return TuningTable(eager, str(data.get("machine", "")), str(data.get("measured", "")), meta,
+                       graph, gpu, link)
+
+
+def loads(text: str, source: str) -> TuningTable:
+    """Parse the JSON text of a table file; errors name ``source``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidArgumentError(f"{source} is not valid JSON: {err}") from None
+    return parse(data, source)
 
 
 def to_json(table: TuningTable) -> dict:
-    """The JSON form of ``table`` (inverse of :func:`parse`)."""
+    """The JSON form of ``table``, format 2 (inverse of :func:`parse`)."""
     out = dict(table.meta)
-    out.update(format=FORMAT, machine=table.machine, measured=table.measured)
-    out["tables"] = {str(w): [[m, a] for m, a in entries] for w, entries in sorted(table.tables.items())}
+    out.update(format=FORMAT, gpu=table.gpu, link=table.link, machine=table.machine,
+               measured=table.measured)
+    out["tables"] = {str(w): {EAGER: [[m, a] for m, a in entries],
+                              **({GRAPH: [[m, a] for m, a in table.graph[w]]} if w in table.graph
+                                 else {})}
+                     for w, entries in sorted(table.tables.items())}
     return out
 
 
@@ -121,18 +243,12 @@ def load(path: str | os.PathLike | None = None) -> TuningTable:
             text = Path(path).read_text()
         except OSError as err:
             raise InvalidArgumentError(f"cannot read the tuning table {path}: {err}") from None
-        source = str(path)
-    else:
-        text = resources.files("mpiring").joinpath("data", SHIPPED).read_text()
-        source = f"mpiring/data/{SHIPPED}"
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InvalidArgumentError(f"{source} is not valid JSON: {err}") from None
-    return parse(data, source)
+        return loads(text, str(path))
+    text = resources.files("mpiring").joinpath("data", SHIPPED).read_text()
+    return loads(text, f"mpiring/data/{SHIPPED}")
 
 
-def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, tuple[Entry, ...]]:
+def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, Entries]:
     """Build tables from measurements ``(world_size, nbytes, algorithm, seconds)``: at every
     measured size the fastest algorithm wins until the next measured size; runs of the same
     winner merge, and the largest size's winner covers everything beyond."""
@@ -143,13 +259,13 @@ def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, tupl
         sizes = best.setdefault(int(world), {})
         if nbytes not in sizes or seconds < sizes[nbytes][0]:
             sizes[int(nbytes)] = (float(seconds), algo)
-    tables: dict[int, tuple[Entry, ...]] = {}
+    tables: dict[int, Entries] = {}
     for world, sizes in best.items():
         tables[world] = _merge([(n, sizes[n][1]) for n in sorted(sizes)])
     return tables
 
 
-def _merge(winners: Sequence[tuple[int, str]]) -> tuple[Entry, ...]:
+def _merge(winners: Sequence[tuple[int, str]]) -> Entries:
     entries: list[list] = []
     for nbytes, algo in winners:
         if entries and entries[-1][1] == algo:

@@ -99,6 +99,9 @@ class Algorithm:
             rows the dispatcher runs ``SUM`` and then divides the result by the rank count.
         nccl: it runs on NCCL communicators of every rank (unavailable where NCCL cannot run:
             several ranks on one GPU).
+        lazy: it makes per-communicator resources at its first call (NCCL's communicator),
+            which cannot happen while a CUDA graph is being captured: auto's graph entries
+            pick it only once it ran outside a capture.
     """
 
     name: str
@@ -118,6 +121,7 @@ class Algorithm:
     allgather: Run | None = None
     averages: bool = False
     nccl: bool = False
+    lazy: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

@@ -39,11 +39,11 @@ NCCL = Algorithm(
     "nccl", 2, GPU, run_allreduce,
     summary="`ncclAllReduce`", best_for="baseline",
     graph_capturable=True, auto=True, baseline=True, scope=Scope.ANY,
-    reduce_scatter=run_reduce_scatter, allgather=run_allgather, averages=True, nccl=True,
+    reduce_scatter=run_reduce_scatter, allgather=run_allgather, averages=True, nccl=True, lazy=True,
 )
 NCCL_RING = Algorithm(
     "nccl-ring", 3, GPU, run_ring,
     summary="the paper's baseline: ring of `ncclSend`/`ncclRecv` in groups + a fold kernel, one stream",
     best_for="baseline",
-    batches=ring_batches, baseline=True, scope=Scope.ANY, nccl=True,
+    batches=ring_batches, baseline=True, scope=Scope.ANY, nccl=True, lazy=True,
 )

@@ -93,8 +93,8 @@ class GpuBackend(Backend):
         self.timeouts = timeouts
         self.layout: StagingLayout = staging_layout(slot_bytes)
         self.slot_bytes: int = self.layout.slot_bytes
-        self.device_id, self.shares_gpu = bind_device(self.node, groups.shared.rank, device,
-                                                      timeouts.seconds)
+        self.device_id, self.shares_gpu, self.node_buses = bind_device(
+            self.node, groups.shared.rank, device, timeouts.seconds)
         self.staging: IpcStaging | None = None
         self.status: HostStatus | None = None
         self.transport: CudaIpcTransport | None = None

@@ -10,7 +10,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from . import peers
-from .algorithms import graph_capturable, is_batched
+from .algorithms import AUTO, graph_capturable, is_batched
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
@@ -55,6 +55,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("algorithms", ", ".join(sw.algos) + _baseline_text(sw)),
         *_peer_lines(sw),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
+        *((("tuning", _tuning_line(sw)),) if AUTO in sw.algos else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
@@ -90,6 +91,12 @@ def _peer_lines(sw: Sweep) -> list[tuple[str, str]]:
         note = sw.peers.notes.get(name, "") if sw.peers is not None else ""
         lines.append(("peer", f"{name}: {peers.get(name).summary}" + (f" [{note}]" if note else "")))
     return lines
+
+
+def _tuning_line(sw: Sweep) -> str:
+    """Which tuning table auto uses in this run (``Communicator.tuning``)."""
+    tuning = getattr(sw.comm, "tuning", None)
+    return tuning.describe() if tuning is not None else "unknown"
 
 
 def _left_out_line(sw: Sweep) -> str:

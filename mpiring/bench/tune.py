@@ -1,5 +1,6 @@
 """``python -m mpiring.bench.tune``: measure what ``algorithm="auto"`` may pick, on this machine, and
-write the tuning table it reads.
+write the tuning table it reads. ``python -m mpiring.tune`` is the same command writing to the
+per-user place where auto finds it by itself (:mod:`mpiring.tune`).
 
     mpirun -n 4 python -m mpiring.bench.tune                          # writes mpiring-tuning-4.json
     mpirun -n 2 python -m mpiring.bench.tune --merge mpiring-tuning-4.json   # adds the 2-rank table
@@ -7,18 +8,21 @@ write the tuning table it reads.
 
 Every candidate of :func:`mpiring.algorithms.auto_candidates` that can run here is measured at
 every size by the benchmark's own code (each point checked element by element, then timed;
-float32 sum; the median of the slowest rank), and at each size the fastest wins
-(:func:`mpiring.algorithms.auto.from_timings`). Candidates are compared by GPU time: their calls are
-replayed from a CUDA graph, except the ring's, which cannot be captured and runs eagerly
-(it wins only at sizes where its GPU time dwarfs its host work). Eager small calls are all
-bound by Python's launch overhead, so timing them eagerly would pick by noise. A candidate
-that rejects a size (one-shot above its limit) or cannot run at all (no NCCL) is simply no
-candidate there.
+float32 sum; the median of the slowest rank), twice: as eager calls (one Python call after the
+other: what a training loop without graphs pays, bound by the host) and, on GPUs, replayed
+from a CUDA graph (bound by the GPU; only the rows that can be captured: not the ring). At each
+size the fastest wins (:func:`mpiring.algorithms.auto.from_timings`): the eager sweep gives the
+table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
+caller's stream is being captured. A candidate that rejects a size (one-shot above its limit)
+or cannot run at all (no NCCL) is simply no candidate there. The file is labelled with the
+machine's GPU model and link (:mod:`mpiring.machine`), as the communicator detects them.
 
 On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
-(``mpi`` is no candidate of auto), so the table says ``ring`` for every size: that mode exists
-so the command can be tested without GPUs. A machine whose GPUs CuPy cannot use is an error,
-as in the benchmark (:mod:`mpiring.bench.mode`).
+(``mpi`` is no candidate of auto), and there is no graph sweep, so the table says ``ring`` for
+every size: that mode exists so the command can be tested without GPUs. A machine whose GPUs
+CuPy cannot use is an error, as in the benchmark (:mod:`mpiring.bench.mode`).
+
+``--show`` measures nothing: it prints which table auto uses here (``Communicator.tuning``).
 
 Only rank 0 prints and writes. Exit status: 0 table written; 1 a correctness check failed
 (nothing written: fix the algorithm first); 2 some points raised errors (table written from
@@ -28,38 +32,61 @@ the others); 3 the run could not go on.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import algorithms
 from ..algorithms import auto_candidates
-from ..algorithms.auto import Entry, TuningTable, from_timings, load, to_json
+from ..algorithms.auto import TuningTable, load
 from ..errors import InvalidArgumentError
+from ..machine import MachineKey
 from .argtypes import RankZeroParser, int_at_least, positive_float, size_arg
 from .cli import Options as BenchOptions
 from .cli import parse_args as bench_defaults
-from .sizes import GPU_DEFAULT, HOST_DEFAULT, format_size
+from .sizes import GPU_DEFAULT, HOST_DEFAULT
+from .tunefile import (
+    DTYPE,
+    OP,
+    ladder_lines,
+    make_table,
+    merge_problem,
+    sizes_text,
+    table_json,
+    table_lines,
+    timings,
+    write_table,
+)
 
-DTYPE, OP = "float32", "sum"
+__all__ = ["DTYPE", "OP", "TuneOptions", "candidates", "destination_problem", "graph_candidates",
+           "main", "make_table", "merge_problem", "parse_args", "table_json", "table_lines",
+           "timings", "write_table"]
 
 DESCRIPTION = f"""\
 Measure the candidates of algorithm="auto" ({', '.join(auto_candidates())}) at every message
-size, one rank per GPU, and write the table auto reads: at each size the fastest (median of
-the slowest rank, float32 sum, every point checked before it is timed). Use the file with
-MPIRING_TUNING_FILE=<file>. On a machine without GPUs (or with --host) it tunes the host
-transport, whose only candidate is ring: the table is all ring, for testing this command.
-A machine whose GPUs CuPy cannot use is an error naming CuPy's error (see --host).
+size, one rank per GPU, as eager calls and replayed from a CUDA graph, and write the table auto
+reads: at each size the fastest (median of the slowest rank, float32 sum, every point checked
+before it is timed), one set of entries per kind of call.
+{{where}}
+On a machine without GPUs (or with --host) it tunes the host transport, whose only candidate
+is ring: the table is all ring, for testing this command. A machine whose GPUs CuPy cannot use
+is an error naming CuPy's error (see --host).
 """
+WHERE = {False: "Use the file with MPIRING_TUNING_FILE=<file> (python -m mpiring.tune writes\n"
+                "where auto finds it by itself).",
+         True: "The table goes to this user's tuning directory ($MPIRING_TUNING_DIR, else\n"
+               "${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning), named for the machine\n"
+               "(<gpu>-<ranks>x-<link>.json), where auto finds it on this machine by itself."}
 
 EPILOG = """\
 examples (Open MPI; one rank per GPU):
-  mpirun -n 4 python -m mpiring.bench.tune
-  mpirun -n 2 python -m mpiring.bench.tune --merge mpiring-tuning-4.json -o mpiring-tuning.json
-  mpirun -n 4 python -m mpiring.bench.tune -b 64K -e 1G -f 4 --output /tmp/t.json
+  mpirun -n 4 {prog}
+  mpirun -n 2 {prog} --merge mpiring-tuning-4.json -o mpiring-tuning.json
+  mpirun -n 4 {prog} -b 64K -e 1G -f 4 --output /tmp/t.json
+  mpirun -n 4 {prog} --show          # which table auto uses here; measures nothing
 
 exit status: 0 table written, 1 a correctness check failed (nothing written), 2 some
 points raised errors (table written from the rest), 3 the run could not go on.
@@ -68,19 +95,38 @@ points raised errors (table written from the rest), 3 the run could not go on.
 
 @dataclass(frozen=True)
 class TuneOptions:
-    bench: BenchOptions  # what the measurement runs with
+    bench: BenchOptions  # what the measurement runs with (its eager sweep)
     output: str | None
     merge: str | None
+    per_user: bool = False  # python -m mpiring.tune: the default file is the user's for this machine
+    show: bool = False
+    prog: str = "mpiring.bench.tune"  # the module run (python -m <prog>), for messages and metadata
 
-    def destination(self, nranks: int) -> Path:
-        """Where the table goes: ``--output``, else the ``--merge`` file, else
-        ``mpiring-tuning-<nranks>.json`` here."""
-        return Path(self.output or self.merge or f"mpiring-tuning-{nranks}.json")
+    def destination(self, nranks: int, key: MachineKey | None = None) -> Path:
+        """Where the table goes: ``--output``, else the ``--merge`` file, else (``per_user``) the
+        user's table for ``key``, else ``mpiring-tuning-<nranks>.json`` here."""
+        if self.output or self.merge:
+            return Path(self.output or self.merge or "")
+        if self.per_user and key is not None:
+            from ..tuning import user_path
+
+            return user_path(key)
+        return Path(f"mpiring-tuning-{nranks}.json")
+
+    def folder(self) -> Path:
+        """The folder the table goes into (known before the machine is)."""
+        if self.per_user and not (self.output or self.merge):
+            from ..tuning import user_dir
+
+            return user_dir()
+        return self.destination(0).resolve().parent
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = RankZeroParser(prog="python -m mpiring.bench.tune", description=DESCRIPTION,
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "python -m mpiring.bench.tune",
+                 per_user: bool = False) -> argparse.ArgumentParser:
+    p = RankZeroParser(prog=prog, description=DESCRIPTION.format(where=WHERE[per_user]),
+                       epilog=EPILOG.format(prog=prog),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-b", "--minbytes", type=size_arg, metavar="SIZE",
                    help=f"smallest message (default {GPU_DEFAULT[0]})")
     p.add_argument("-e", "--maxbytes", type=size_arg, metavar="SIZE",
@@ -88,15 +134,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "on the host)")
     p.add_argument("-f", "--stepfactor", type=float, default=2.0, metavar="F",
                    help="multiply the size by F from one point to the next (default 2)")
+    default = ("this user's table for this machine" if per_user
+               else "mpiring-tuning-<ranks>.json in the current directory")
     p.add_argument("-o", "--output", metavar="FILE",
-                   help="the table's file (default: the --merge file, else "
-                        "mpiring-tuning-<ranks>.json in the current directory)")
+                   help=f"the table's file (default: the --merge file, else {default})")
     p.add_argument("--merge", metavar="FILE",
                    help="an existing table file: keep its tables for other rank counts, add or "
                         "replace this rank count's, write the result (to FILE unless --output)")
     p.add_argument("--host", action="store_true",
                    help="tune the host transport even where GPUs exist (the table is all "
                         "'ring': for testing)")
+    p.add_argument("--show", action="store_true",
+                   help="measure nothing: print which table auto uses on this machine")
     p.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
                    help="seconds of timed iterations per point (default 0.15)")
     p.add_argument("--reps", type=int_at_least(1), default=5, metavar="N",
@@ -109,9 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: Sequence[str] | None = None) -> TuneOptions:
+def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m mpiring.bench.tune",
+               per_user: bool = False) -> TuneOptions:
     """Parse ``argv`` (default ``sys.argv[1:]``); exits with status 2 on a bad option."""
-    parser = build_parser()
+    parser = build_parser(prog, per_user)
     args = list(sys.argv[1:] if argv is None else argv)
     ns = parser.parse_args(args)
     if not ns.stepfactor > 1:
@@ -125,8 +175,8 @@ def parse_args(argv: Sequence[str] | None = None) -> TuneOptions:
                     stepfactor=ns.stepfactor, algos=auto_candidates(), batches=("auto",),
                     dtype=DTYPE, op=OP, placements=("out",), check=1, host=ns.host,
                     plot=False, time_budget=ns.time_budget, reps=ns.reps, timeout=ns.timeout,
-                    progress=ns.progress, argv=tuple(args), timing="eager" if ns.host else "gpu")
-    return TuneOptions(bench, ns.output, ns.merge)
+                    progress=ns.progress, argv=tuple(args), timing="eager")
+    return TuneOptions(bench, ns.output, ns.merge, per_user, ns.show, prog.split()[-1])
 
 
 def candidates(gpu: bool) -> tuple[str, ...]:
@@ -136,73 +186,14 @@ def candidates(gpu: bool) -> tuple[str, ...]:
     return tuple(a for a in auto_candidates() if a in runnable(gpu))
 
 
-def timings(rows: Sequence[Any], nranks: int) -> list[tuple[int, int, str, float]]:
-    """``(ranks, bytes, algorithm, seconds)`` of every timed candidate point (bench rows)."""
-    return [(nranks, r.size_bytes, r.algo, r.time_us * 1e-6) for r in rows
-            if r.timed and r.algo in auto_candidates()]
-
-
-def merge_problem(base: TuningTable | None, mode: str) -> str:
-    """Why this run's table must not go into ``base`` (its other tables were measured on the
-    other transport), or ""."""
-    runs = (base.meta.get("runs") or {}) if base else {}
-    other = sorted(k for k, run in runs.items() if isinstance(run, dict)
-                   and run.get("mode") not in (None, mode))
-    if not other:
-        return ""
-    return (f"the --merge file's tables for {', '.join(other)} ranks were measured on the "
-            f"{'host' if mode == 'gpu' else 'GPU'} transport, this run on the {mode} one: "
-            "keep them in separate files")
-
-
-def make_table(times: Sequence[tuple[int, int, str, float]], nranks: int, run: dict[str, Any],
-               base: TuningTable | None = None) -> TuningTable:
-    """This run's table for ``nranks`` (from ``times``), over ``base``'s tables for other rank
-    counts; ``run`` (machine, date, ...) is kept in the metadata under ``runs``."""
-    built = from_timings(times)
-    if nranks not in built:
-        raise ValueError(f"no timings for {nranks} ranks")
-    tables = dict(base.tables) if base else {}
-    tables[nranks] = built[nranks]
-    meta = dict(base.meta) if base else {}
-    meta.update(dtype=DTYPE, op=OP)
-    meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
-    return TuningTable(tables, str(run.get("machine", "")), str(run.get("measured", "")), meta)
-
-
-def table_lines(entries: Sequence[Entry]) -> list[str]:
-    """One line per entry: ``up to 256 KiB   oneshot``, ..., ``above 64 MiB    ring``."""
-    lines, below = [], 0
-    for max_bytes, algo in entries:
-        if max_bytes is not None:
-            span = f"up to {format_size(max_bytes)}"
-            below = max_bytes
-        else:
-            span = f"above {format_size(below)}" if below else "every size"
-        lines.append(f"{span:<18} {algo}")
-    return lines
-
-
-def table_json(table: TuningTable) -> str:
-    """``table`` as JSON text: metadata indented, then one line per rank count's table."""
-    doc = to_json(table)
-    tables = doc.pop("tables")
-    head = json.dumps(doc, indent=1)[:-2]  # without the closing "\n}"
-    rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in tables.items())
-    return f'{head},\n "tables": {{\n{rows}\n }}\n}}\n'
-
-
-def write_table(path: Path, table: TuningTable) -> Path:
-    """Write ``table`` as JSON, replacing ``path`` in one step (a reader never sees half)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(table_json(table))
-    os.replace(tmp, path)
-    return path
+def graph_candidates(gpu: bool) -> tuple[str, ...]:
+    """Auto's GPU candidates that can be captured into a CUDA graph (the graph sweep's)."""
+    return tuple(a for a in candidates(gpu) if algorithms.get(a).graph_capturable)
 
 
 def destination_problem(opts: TuneOptions, nranks: int) -> tuple[str, TuningTable | None]:
     """Before measuring: a reason the table could not be written (or "") and the --merge
-    file's tables."""
+    file's tables. Makes the user's tuning directory if it is the destination."""
     base = None
     if opts.merge:
         if not Path(opts.merge).is_file():
@@ -212,7 +203,13 @@ def destination_problem(opts: TuneOptions, nranks: int) -> tuple[str, TuningTabl
             base = load(opts.merge)
         except (InvalidArgumentError, TypeError, ValueError, AttributeError) as err:
             return f"--merge {opts.merge}: not a tuning table: {err}", None
-    folder = opts.destination(nranks).resolve().parent
+    folder = opts.folder()
+    if opts.per_user and not (opts.output or opts.merge):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return (f"cannot make the tuning directory {folder}: {err}: set MPIRING_TUNING_DIR "
+                    "or choose --output"), base
     if not folder.is_dir() or not os.access(folder, os.W_OK):
         return f"cannot write into {folder} (missing or not writable): choose --output", base
     return "", base
@@ -221,62 +218,103 @@ def destination_problem(opts: TuneOptions, nranks: int) -> tuple[str, TuningTabl
 # -- the collective command ----------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m mpiring.bench.tune",
+         per_user: bool = False) -> int:
     """Tune on every rank of ``MPI.COMM_WORLD``; returns the exit status (see ``--help``)."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
-    opts = parse_args(argv)  # exits on a bad option, alike on every rank
+    opts = parse_args(argv, prog, per_user)  # exits on a bad option, alike on every rank
 
     from .command import run_on_world
 
-    return run_on_world("mpiring.bench.tune", opts.bench.progress,
-                        lambda world, reporter: _run(opts, world, reporter))
+    body = _show if opts.show else _run
+    return run_on_world(opts.prog, opts.bench.progress,
+                        lambda world, reporter: body(opts, world, reporter))
+
+
+@dataclass
+class _Sweep:
+    """What one sweep measured, and where."""
+
+    rows: list[Any]
+    key: MachineKey
+    mode: str
+    meta: dict[str, Any]
+    sizes: list[int]
+    algos: list[str]
+
+
+def _sweep(opts: TuneOptions, world: Any, reporter: Any, timing: str,
+           algos_for: Callable[[bool], Sequence[str]], base: TuningTable | None) -> _Sweep:
+    """Collective: one sweep of the candidates (``timing``: eager or graph), checked against
+    the --merge file before anything is measured."""
+    from . import metadata, runner, summary
+    from .command import BenchError
+
+    sw = runner.setup(replace(opts.bench, timing=timing), world, reporter, algos_for=algos_for)
+    key = sw.comm.tuning.key
+    problem = ("a tuning table serves the ranks of one node, and this run spans several: run it "
+               "on one node" if key is None else merge_problem(base, sw.mode, key))
+    if problem:
+        sw.comm.close()
+        raise BenchError(problem)
+    assert key is not None
+    meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(), settings={},
+                            argv=list(opts.bench.argv), prog=opts.prog)
+    kind = "CUDA graph replays" if timing == "graph" else "eager calls"
+    note = ("" if sw.mode == "gpu" else f"{sw.note}; 'ring' is auto's only candidate on the "
+            "host, so the table is all ring (for testing this command)")
+    reporter.banner(f"mpiring tuning: auto's candidates, {kind} ({key.describe()})",
+                    summary.banner_lines(sw, meta), note)
+    rows = runner.run_sweep(sw)
+    sw.comm.close()
+    for line in summary.summary_lines(rows, sw.baseline):
+        reporter.print(f"# {line}")
+    return _Sweep(rows, key, sw.mode, meta, [s for s, _ in sw.sizes], list(sw.algos))
 
 
 def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
-    from . import metadata, runner, summary
     from .command import BenchError, exit_status
 
     problem, base = destination_problem(opts, world.size) if world.rank == 0 else ("", None)
     problem, base = world.bcast((problem, base), root=0)
     if problem:
         raise BenchError(problem)
-    sw = runner.setup(opts.bench, world, reporter, algos_for=candidates)
-    problem = merge_problem(base, sw.mode)
-    if problem:
-        sw.comm.close()
-        raise BenchError(problem)
-    meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(), settings={},
-                            argv=list(opts.bench.argv), prog="mpiring.bench.tune")
-    note = ("" if sw.mode == "gpu" else f"{sw.note}; 'ring' is auto's only candidate on the "
-            "host, so the table is all ring (for testing this command)")
-    reporter.banner("mpiring tuning: auto's candidates", summary.banner_lines(sw, meta), note)
-    rows = runner.run_sweep(sw)
-    sw.comm.close()
-    for line in summary.summary_lines(rows, sw.baseline):
-        reporter.print(f"# {line}")
-
+    sweeps = [_sweep(opts, world, reporter, "eager", candidates, base)]
+    if sweeps[0].mode == "gpu" and exit_status(sweeps[0].rows) != 1:
+        sweeps.append(_sweep(opts, world, reporter, "graph", graph_candidates, base))
+    rows = [r for s in sweeps for r in s.rows]
     status = exit_status(rows)
     if status == 1:
-        reporter.error("mpiring.bench.tune: a correctness check FAILED (rows marked FAIL): no table "
+        reporter.error(f"{opts.prog}: a correctness check FAILED (rows marked FAIL): no table "
                        "written; fix the algorithm before tuning")
         return 1
-    times = timings(rows, world.size)
+    eager = sweeps[0]
+    times = timings(eager.rows, world.size)
     if not times:
         raise BenchError("no candidate was timed at any size: no table to write")
-    run = {"machine": _machine(meta, world.size), "measured": meta["date"], "mode": sw.mode,
-           "sizes": f"{format_size(sw.sizes[0][0])} .. {format_size(sw.sizes[-1][0])}",
-           "candidates": list(sw.algos), "mpiring": meta.get("mpiring"),
-           "nccl": meta.get("nccl"), "command": meta["command"]}
-    table = make_table(times, world.size, run, base)
-    _write_and_show(opts.destination(world.size), table, world, reporter)
+    meta = eager.meta
+    run = {"machine": _machine(meta, world.size), "measured": meta["date"], "mode": eager.mode,
+           "key": list(eager.key), "sizes": sizes_text(eager.sizes), "candidates": eager.algos,
+           "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"), "command": meta["command"]}
+    graph_times: list[Any] = []
+    if len(sweeps) > 1:
+        graph_times = timings(sweeps[1].rows, world.size)
+        run.update({"graph sizes": sizes_text(sweeps[1].sizes),
+                    "graph candidates": sweeps[1].algos,
+                    "graph measured": sweeps[1].meta["date"]})
+    table = make_table(times, world.size, run, base, graph_times=graph_times, key=eager.key)
+    _write_and_show(opts.destination(world.size, eager.key), table, eager.key, opts, world,
+                    reporter)
     if status == 2:
-        reporter.error("mpiring.bench.tune: some points raised errors (rows marked ERROR); the table "
+        reporter.error(f"{opts.prog}: some points raised errors (rows marked ERROR); the table "
                        "was built from the others")
     return status
 
 
-def _write_and_show(path: Path, table: TuningTable, world: Any, reporter: Any) -> None:
+def _write_and_show(path: Path, table: TuningTable, key: MachineKey, opts: TuneOptions,
+                    world: Any, reporter: Any) -> None:
     """Collective: rank 0 writes the file and prints this rank count's table."""
+    from ..tuning import TUNING_FILE, user_path
     from .command import BenchError
 
     problem = ""
@@ -288,11 +326,41 @@ def _write_and_show(path: Path, table: TuningTable, world: Any, reporter: Any) -
     problem = world.bcast(problem, root=0)
     if problem:
         raise BenchError(problem)
-    reporter.print(f"# auto's table for {world.size} ranks ({DTYPE} {OP}, {table.machine}):")
-    for line in table_lines(table.tables[world.size]):
+    reporter.print(f"# auto's table for {key.describe()} ({DTYPE} {OP}, {table.machine}):")
+    for line in ladder_lines(table, world.size):
         reporter.print(f"#   {line}")
-    reporter.print(f"# wrote {path} (tables for {', '.join(map(str, sorted(table.tables)))} "
-                   f"ranks); use it with MPIRING_TUNING_FILE={path.resolve()}", soft_wrap=True)
+    counts = ", ".join(map(str, sorted(table.tables)))
+    if path.resolve() == user_path(key).resolve():
+        reporter.print(f"# wrote {path} (tables for {counts} ranks): auto uses it on this "
+                       f"machine ({key.describe()}) from now on", soft_wrap=True)
+        if os.environ.get(TUNING_FILE):
+            reporter.print(f"# note: {TUNING_FILE}={os.environ[TUNING_FILE]} is set and comes "
+                           "first where it holds a table for this machine", soft_wrap=True)
+    else:
+        reporter.print(f"# wrote {path} (tables for {counts} ranks); use it with "
+                       f"{TUNING_FILE}={path.resolve()}", soft_wrap=True)
+
+
+def _show(opts: TuneOptions, world: Any, reporter: Any) -> int:
+    """Collective: create a communicator and print which table auto uses (measures nothing)."""
+    from mpi4py import MPI
+
+    from ..communicator import Communicator
+    from .command import BenchError
+
+    try:
+        comm = Communicator(MPI.COMM_WORLD, gpu=False if opts.bench.host else None,
+                            timeout=opts.bench.timeout)
+    except Exception as err:  # raised on every rank by the library's collective set-up
+        raise BenchError(f"cannot create the mpiring communicator: {type(err).__name__}: "
+                         f"{err}") from err
+    with comm:
+        choice = comm.tuning
+    reporter.print(f"# auto: {choice.describe()}", soft_wrap=True)
+    if choice.source is not None and choice.key is not None:
+        for line in ladder_lines(choice.table, choice.key.ranks):
+            reporter.print(f"#   {line}")
+    return 0
 
 
 def _machine(meta: dict[str, Any], nranks: int) -> str:

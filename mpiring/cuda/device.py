@@ -36,12 +36,14 @@ def share_gpu_allowed() -> bool:
     return os.environ.get(SHARE_GPU, "").strip() == "1"
 
 
-def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: float) -> tuple[int, bool]:
+def bind_device(node: MPI.Intracomm, place: int, device: int | None,
+                timeout: float) -> tuple[int, bool, tuple[str, ...]]:
     """Choose and activate this rank's GPU; collective over ``node``, the ranks that will map
     each other's memory (bounded by ``timeout``), raises on every rank. Default: the GPU of
     this process's first communicator, else ``place``, the rank's place on its machine, so
-    communicators from reordered splits keep the process's GPU. Returns the device and whether
-    some ranks of the node share a GPU (only with ``MPIRING_SHARE_GPU=1``)."""
+    communicators from reordered splits keep the process's GPU. Returns the GPU's index,
+    whether some ranks of the node share a GPU (only with ``MPIRING_SHARE_GPU=1``), and the PCI
+    bus ids of every node rank's GPU, by node rank (what :mod:`mpiring.machine` reads)."""
     import cupy
 
     rt = cupy.cuda.runtime
@@ -88,7 +90,7 @@ def bind_device(node: MPI.Intracomm, place: int, device: int | None, timeout: fl
     cupy.cuda.Device(chosen).use()
     if _PROCESS_DEVICE is None:
         _PROCESS_DEVICE = chosen
-    return chosen, shared
+    return chosen, shared, tuple(str(b) for _, b, _, _ in everyone)
 
 
 # cudaMemoryType values reported by cudaPointerGetAttributes.

@@ -1,10 +1,13 @@
 """Set-up agreement (issue 17, items 1 and 5): every set-up parameter that shapes shared memory
 or the schedule must agree, or every rank raises SetupError naming the parameter and the ranks,
-at once (no timeout); bad communicators and bad options are refused clearly."""
+at once (no timeout); bad communicators and bad options are refused clearly. Issue 13, item 4:
+so must auto's machine key and tuning table (the machine detection seam faked here: no GPU)."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +16,8 @@ from mpi4py import MPI
 from mpi_support import all_ok, attempt, expect_raised
 
 import mpiring
-from mpiring import InvalidArgumentError, SetupError
+from mpiring import InvalidArgumentError, SetupError, machine, tuning
+from mpiring.machine import MachineKey
 
 pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD
@@ -130,3 +134,97 @@ def test_comm_null_and_intercommunicators_are_refused_up_front() -> None:
 
 def make_on(comm: Any) -> mpiring.Communicator:
     return mpiring.Communicator(comm, gpu=False, timeout=60)
+
+
+# -- every rank must use the same tuning table (issue 13, item 4) ------------------------------
+
+
+def fake_machine(monkeypatch: pytest.MonkeyPatch, link: str = "nvlink", gpu: str = "Fake GPU") -> None:
+    """Replace the machine detection seam: this rank's node is ``gpu`` GPUs joined by ``link``."""
+    monkeypatch.setattr(machine, "detect", lambda ranks, buses: MachineKey(gpu, ranks, link))
+
+
+def user_table(folder: Path, key: MachineKey, algo: str = "nccl", text: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / key.file_name()
+    path.write_text(text if text is not None else json.dumps(
+        {"format": 2, "gpu": key.gpu, "link": key.link,
+         "tables": {str(key.ranks): {"eager": [[None, algo]]}}}))
+    return path
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Path:
+    return Path(world.bcast(str(tmp_path) if world.rank == 0 else None, root=0))
+
+
+def test_a_rank_that_found_another_user_table_fails_every_rank(monkeypatch, shared) -> None:
+    """Rank ODD's MPIRING_TUNING_DIR holds a table for this machine, its peers' do not: they
+    would run different algorithms for the same call. Every rank raises, naming rank ODD."""
+    fake_machine(monkeypatch)
+    key = MachineKey("Fake GPU", world.size, "nvlink")
+    if world.rank == 0:
+        user_table(shared / "odd", key)
+    world.Barrier()
+    if world.rank == ODD:
+        monkeypatch.setenv("MPIRING_TUNING_DIR", str(shared / "odd"))
+    path = shared / "odd" / key.file_name()
+    creation_fails({}, SetupError, "auto's table differs across ranks", f"user {path} (sha256",
+                   f"on rank {ODD}", "built-in rule on rank", "MPIRING_TUNING_DIR",
+                   undo=monkeypatch.undo)
+
+
+def test_the_same_table_name_with_other_contents_fails_too(monkeypatch, shared) -> None:
+    fake_machine(monkeypatch)
+    key = MachineKey("Fake GPU", world.size, "nvlink")
+    if world.rank == 0:
+        user_table(shared / "a", key, "nccl")
+        user_table(shared / "b", key, "twoshot")
+    world.Barrier()
+    monkeypatch.setenv("MPIRING_TUNING_DIR", str(shared / ("b" if world.rank == ODD else "a")))
+    creation_fails({}, SetupError, "auto's table differs across ranks", f"on rank {ODD}",
+                   undo=monkeypatch.undo)
+
+
+def test_ranks_that_detect_different_machines_fail_every_rank(monkeypatch) -> None:
+    """E.g. NVML installed on some ranks only: one sees NVLink, the others cannot tell."""
+    fake_machine(monkeypatch, link="unknown" if world.rank == ODD else "nvlink")
+    creation_fails({}, SetupError, "auto's machine differs across ranks",
+                   f"{world.size} x Fake GPU, unknown on rank {ODD}", undo=monkeypatch.undo)
+
+
+@pytest.mark.parametrize("everywhere", [True, False])
+def test_an_unreadable_user_table_fails_every_rank_naming_the_file(monkeypatch, shared,
+                                                                   everywhere: bool) -> None:
+    fake_machine(monkeypatch)
+    key = MachineKey("Fake GPU", world.size, "nvlink")
+    if world.rank == 0:
+        user_table(shared / "bad", key, text="{half a table")
+    world.Barrier()
+    if everywhere or world.rank == ODD:
+        monkeypatch.setenv("MPIRING_TUNING_DIR", str(shared / "bad"))
+    path = shared / "bad" / key.file_name()
+    fragments = (("auto's tuning table:", f"{path} is not valid JSON") if everywhere else
+                 ("auto's table differs across ranks", f"unusable: {path} is not valid JSON",
+                  f"on rank {ODD}"))
+    creation_fails({}, SetupError, *fragments, undo=monkeypatch.undo)
+
+
+def test_every_rank_uses_the_shipped_table_of_its_machine(monkeypatch) -> None:
+    """On a (faked) H200 NVLink node the shipped table serves 2 and 4 ranks; other rank counts,
+    and H200s over PCIe, get the built-in rule; every rank reports the same."""
+    problems: list[str] = []
+    for link in ("nvlink", "pcie"):
+        fake_machine(monkeypatch, link=link, gpu="NVIDIA H200")
+        with make() as comm:
+            choice = comm.tuning
+        shipped = link == "nvlink" and world.size in (2, 4)
+        want = tuning.SHIPPED if shipped else tuning.BUILTIN
+        if choice.origin != want or choice.key != MachineKey("NVIDIA H200", world.size, link):
+            problems.append(f"{link}: {choice}")
+        if shipped and choice.table.graph.get(world.size) is None:
+            problems.append("the shipped table has no graph entries")
+    described = world.allgather(choice.describe())
+    if len(set(described)) != 1:
+        problems.append(f"ranks describe different tables: {described}")
+    all_ok(problems)

@@ -1,5 +1,6 @@
 """python -m mpiring.bench.tune on real ranks (host transport): the table file is written once, by
-rank 0, parses with mpiring.algorithms.auto.load, and --merge keeps other rank counts' tables.
+rank 0, parses with mpiring.algorithms.auto.load, and --merge keeps other rank counts' tables;
+python -m mpiring.tune writes the user's table for this machine, which auto then uses.
 
 Run:  mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_tune_mpi.py
 """
@@ -11,8 +12,13 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
+import mpiring
+from mpiring import machine
+from mpiring import tune as entry
+from mpiring import tuning as tuning_lookup
 from mpiring.algorithms import auto as tuning
 from mpiring.bench import tune
+from mpiring.machine import MachineKey
 
 pytestmark = pytest.mark.mpi(min_size=1)
 
@@ -71,4 +77,78 @@ def test_missing_merge_file_stops_before_measuring(shared, capsys):
     problems = [] if status == 3 else [f"exit status {status}"]
     if world.rank == 0 and "no such file" not in capsys.readouterr().err:
         problems.append("no message naming the missing file")
+    verdict(problems)
+
+
+# -- python -m mpiring.tune: the user's table, which auto then uses by itself ---------------------
+
+
+def user_dir(shared: Path, monkeypatch) -> Path:
+    folder = shared / "tuning"
+    monkeypatch.setenv(tuning_lookup.TUNING_DIR, str(folder))
+    return folder
+
+
+def test_mpiring_tune_writes_the_users_table_and_auto_then_uses_it(shared, monkeypatch, capsys):
+    """End to end without fakes: on the host transport the machine key is (none, ranks, none);
+    the table goes to MPIRING_TUNING_DIR under that key's name, and a new communicator finds it
+    there (one rank: the dispatcher's own rule, no table)."""
+    folder = user_dir(shared, monkeypatch)
+    status = entry.main(TINY)
+    world.Barrier()
+    key = MachineKey("none", world.size, "none")
+    path = folder / key.file_name()
+    problems = [] if status == 0 else [f"exit status {status}"]
+    if not path.is_file():
+        problems.append(f"no {path}: {sorted(p.name for p in folder.iterdir())}")
+        verdict(problems)
+    table = tuning.load(path)
+    if (table.gpu, table.link, table.tables) != ("none", "none", {world.size: ((None, "ring"),)}):
+        problems.append(f"table {table}")
+    if world.rank == 0 and f"auto uses it on this machine ({key.describe()})" not in \
+            " ".join(capsys.readouterr().out.split()):
+        problems.append("the path and its use were not printed")
+    with mpiring.Communicator(world, gpu=False, timeout=60) as comm:
+        choice = comm.tuning
+        want = tuning_lookup.ONE_RANK if world.size == 1 else tuning_lookup.USER
+        if choice.origin != want or (world.size > 1 and choice.path != str(path)):
+            problems.append(f"comm.tuning: {choice}")
+        if comm._dispatch.tuning is not choice.table:
+            problems.append("the dispatcher reads another table than comm.tuning")
+    verdict(problems)
+
+
+def test_mpiring_tune_on_a_faked_gpu_machine(shared, monkeypatch, capsys):
+    """The machine detection seam faked to a GPU node: the file is named and labelled for it,
+    and a later communicator on that 'machine' uses it; --show says so."""
+    folder = user_dir(shared, monkeypatch)
+    key = MachineKey("Fake GPU", world.size, "nvlink")
+    monkeypatch.setattr(machine, "detect", lambda ranks, buses: key._replace(ranks=ranks))
+    status = entry.main(TINY)
+    world.Barrier()
+    path = folder / f"fake-gpu-{world.size}x-nvlink.json"
+    problems = [] if status == 0 else [f"exit status {status}"]
+    table = tuning.load(path)
+    if (table.gpu, table.link) != ("Fake GPU", "nvlink") or not table.covers(key):
+        problems.append(f"labels {table.gpu!r} {table.link!r}")
+    capsys.readouterr()
+    status = entry.main(["--show", "--host", "--progress", "off"])
+    out = " ".join(capsys.readouterr().out.split())
+    if status != 0:
+        problems.append(f"--show: exit status {status}")
+    if world.size > 1 and world.rank == 0 and f"user table {path}" not in out:
+        problems.append(f"--show said: {out}")
+    verdict(problems)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_bench_banner_names_autos_table(shared, capsys):
+    from mpiring.bench.__main__ import main as bench
+
+    status = bench(["-b", "1K", "-e", "1K", "--algo", "auto", "--time-budget", "0.003", "--reps",
+                    "2", "--progress", "off", "--output-dir", str(shared), "--name", "b", "--no-plot"])
+    problems = [] if status == 0 else [f"exit status {status}"]
+    out = " ".join(capsys.readouterr().out.split())
+    if world.rank == 0 and f"tuning {world.size} x none, none: no GPU" not in out:
+        problems.append(f"banner: {out[600:1400]}")
     verdict(problems)

@@ -1,0 +1,130 @@
+"""The tuner's table: built from benchmark rows (eager and graph entries, labelled with the
+machine they were measured on), merged over an existing file, written in one step, and shown
+as text. Pure apart from :func:`write_table`'s file I/O; :mod:`mpiring.bench.tune` runs the
+measurements and :mod:`mpiring.bench.shipped` builds the shipped table with the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..algorithms import auto_candidates
+from ..algorithms.auto import Entries, TuningTable, from_timings, to_json
+from ..machine import MachineKey
+from .sizes import format_size
+
+DTYPE, OP = "float32", "sum"
+
+Timing = tuple[int, int, str, float]  # (ranks, bytes, algorithm, seconds)
+
+
+def timings(rows: Sequence[Any], nranks: int) -> list[Timing]:
+    """``(ranks, bytes, algorithm, seconds)`` of every timed candidate point (bench rows; the
+    median of the slowest rank)."""
+    return [(nranks, r.size_bytes, r.algo, r.time_us * 1e-6) for r in rows
+            if r.timed and r.algo in auto_candidates()]
+
+
+def merge_problem(base: TuningTable | None, mode: str, key: MachineKey | None = None) -> str:
+    """Why this run's table must not go into ``base`` (its other tables were measured on the
+    other transport, or on another GPU model or link), or ""."""
+    runs = (base.meta.get("runs") or {}) if base else {}
+    other = sorted(k for k, run in runs.items() if isinstance(run, dict)
+                   and run.get("mode") not in (None, mode))
+    if other:
+        return (f"the --merge file's tables for {', '.join(other)} ranks were measured on the "
+                f"{'host' if mode == 'gpu' else 'GPU'} transport, this run on the {mode} one: "
+                "keep them in separate files")
+    if base is None or key is None:
+        return ""
+    for label, theirs, mine in (("GPU model", base.gpu, key.gpu), ("link", base.link, key.link)):
+        if theirs is not None and theirs != mine:
+            return (f"the --merge file's tables are for the {label} {theirs!r}, this machine's is "
+                    f"{mine!r}: keep them in separate files (python -m mpiring.tune keeps one "
+                    "per machine)")
+    return ""
+
+
+def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
+               base: TuningTable | None = None, *, graph_times: Sequence[Timing] = (),
+               key: MachineKey | None = None) -> TuningTable:
+    """This run's table for ``nranks``: eager entries from ``times``, graph entries from
+    ``graph_times`` (none: eager serves graphs too), over ``base``'s tables for other rank
+    counts; ``run`` (machine, date, ...) is kept in the metadata under ``runs``. The table is
+    labelled with ``key``'s GPU model and link, unless ``base`` is a table for any machine
+    (format 1), which stays one."""
+    built = from_timings(times)
+    if nranks not in built:
+        raise ValueError(f"no timings for {nranks} ranks")
+    graphs = from_timings(graph_times) if graph_times else {}
+    tables = dict(base.tables) if base else {}
+    graph = dict(base.graph) if base else {}
+    tables[nranks] = built[nranks]
+    graph.pop(nranks, None)
+    if nranks in graphs:
+        graph[nranks] = graphs[nranks]
+    meta = dict(base.meta) if base else {}
+    meta.update(dtype=DTYPE, op=OP)
+    meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
+    if base is not None:
+        gpu, link = base.gpu, base.link
+    else:
+        gpu, link = (key.gpu, key.link) if key is not None else (None, None)
+    return TuningTable(tables, str(run.get("machine", "")), str(run.get("measured", "")), meta,
+                       graph, gpu, link)
+
+
+def table_lines(entries: Entries) -> list[str]:
+    """One line per entry: ``up to 256 KiB   oneshot``, ..., ``above 64 MiB    ring``."""
+    lines, below = [], 0
+    for max_bytes, algo in entries:
+        if max_bytes is not None:
+            span = f"up to {format_size(max_bytes)}"
+            below = max_bytes
+        else:
+            span = f"above {format_size(below)}" if below else "every size"
+        lines.append(f"{span:<18} {algo}")
+    return lines
+
+
+def ladder_lines(table: TuningTable, nranks: int) -> list[str]:
+    """The eager entries for ``nranks``, then the graph ones (or a line saying eager serves)."""
+    lines = ["eager calls:"] + [f"  {line}" for line in table_lines(table.tables[nranks])]
+    if nranks in table.graph:
+        lines += ["CUDA graph replays:"] + [f"  {line}" for line in table_lines(table.graph[nranks])]
+    else:
+        lines.append("CUDA graph replays: as eager calls (no graph entries)")
+    return lines
+
+
+def table_json(table: TuningTable) -> str:
+    """``table`` as JSON text: metadata indented, then per rank count one line per ladder."""
+    doc = to_json(table)
+    tables = doc.pop("tables")
+    head = json.dumps(doc, indent=1)[:-2]  # without the closing "\n}"
+    blocks = []
+    for world, ladders in tables.items():
+        rows = ",\n".join(f"   {json.dumps(kind)}: {json.dumps(entries)}"
+                          for kind, entries in ladders.items())
+        blocks.append(f"  {json.dumps(world)}: {{\n{rows}\n  }}")
+    body = ",\n".join(blocks)
+    return f'{head},\n "tables": {{\n{body}\n }}\n}}\n'
+
+
+def write_table(path: Path, table: TuningTable) -> Path:
+    """Write ``table`` as JSON, replacing ``path`` in one step (a reader never sees half)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(table_json(table))
+    os.replace(tmp, path)
+    return path
+
+
+def sizes_text(sizes: Sequence[int]) -> str:
+    """``1 KiB .. 64 MiB (9 sizes)``."""
+    if not sizes:
+        return "no sizes"
+    return f"{format_size(min(sizes))} .. {format_size(max(sizes))} ({len(sizes)} sizes)"

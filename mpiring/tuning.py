@@ -1,0 +1,213 @@
+"""Which tuning table ``algorithm="auto"`` uses on this machine, where the per-user tables live,
+and the set-up check that every rank uses the same one.
+
+The table is looked up by the node's :class:`~mpiring.machine.MachineKey` (GPU model, ranks on
+the node, link between the GPUs); the first of these that holds a table for the key wins:
+
+1. ``MPIRING_TUNING_FILE=<file>``: an explicit table (format 1 or 2; read and checked when the
+   communicator is created, a bad one is refused at once);
+2. the user's table for this key, ``<dir>/<gpu>-<ranks>x-<link>.json`` (e.g.
+   ``nvidia-h200-2x-nvlink.json``), which ``python -m mpiring.tune`` writes; ``<dir>`` is
+   ``$MPIRING_TUNING_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning``;
+3. the tables shipped in ``mpiring/data/tuning-*.json``;
+4. the built-in rule (:func:`mpiring.algorithms.auto.builtin_choice`).
+
+A table does not hold a key when its GPU model or link is another, or it has no entries for
+that rank count: then the next source is asked. A communicator of one rank uses the
+dispatcher's one-rank rule, and one across nodes runs ``hier``: no table there.
+
+Every rank must use the same table, or ranks would run different algorithms for one call and
+wait for each other forever: :func:`settle` (collective, at set-up) compares the key, the
+table's file and a hash of its bytes across ranks, and raises the same
+:class:`~mpiring.errors.SetupError` on every rank, naming what differs on which ranks.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import machine
+from .algorithms.auto import TuningTable, loads
+from .errors import InvalidArgumentError, SetupError
+from .machine import MachineKey
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
+    from .topology import Topology
+
+TUNING_FILE = "MPIRING_TUNING_FILE"
+TUNING_DIR = "MPIRING_TUNING_DIR"
+EXPLICIT, USER, SHIPPED, BUILTIN = TUNING_FILE, "user", "shipped", "built-in rule"
+ONE_RANK, ACROSS_NODES = "one rank", "across nodes"
+_EMPTY = TuningTable({})
+
+
+@dataclass(frozen=True)
+class Source:
+    """A table file as read: its table, its path, and a hash of its bytes."""
+
+    table: TuningTable
+    path: str  # as found (shipped tables: mpiring/data/<name>)
+    digest: str  # sha256 of the file's bytes, first 16 hex digits
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The table auto uses on a communicator, and why (``origin``: one of ``MPIRING_TUNING_FILE``,
+    ``user``, ``shipped``, ``built-in rule``, ``one rank``, ``across nodes``)."""
+
+    key: MachineKey | None  # None across nodes
+    origin: str
+    source: Source | None = None
+
+    @property
+    def table(self) -> TuningTable:
+        """What the dispatcher reads (an empty table: the built-in rule)."""
+        return self.source.table if self.source is not None else _EMPTY
+
+    @property
+    def path(self) -> str | None:
+        return self.source.path if self.source is not None else None
+
+    def describe(self) -> str:
+        """One line: the machine, and the table in force with where it came from."""
+        if self.origin == ACROSS_NODES:
+            return "across nodes: auto runs hier (no tuning table)"
+        assert self.key is not None
+        what = self.key.describe()
+        host = " (no GPU: host arrays, where auto runs the ring)" if self.key.gpu == machine.NONE else ""
+        if host and self.source is None:
+            return f"{what}: no GPU: auto runs the ring on host arrays (no tuning table)"
+        if self.origin == ONE_RANK:
+            return f"{what}: one rank: two-shot up to 4 MiB, NCCL above (no tuning table){host}"
+        if self.source is None:
+            return f"{what}: no table for this machine: the built-in rule{host}"
+        table = self.source.table
+        kinds = "eager and graph" if self.key.ranks in table.graph else "eager"
+        return (f"{what}: {self.origin} table {self.source.path} (sha256 {self.source.digest}, "
+                f"{kinds} entries{', measured ' + table.measured if table.measured else ''}){host}")
+
+    def setup_values(self) -> dict[str, object]:
+        """What every rank must share (compared by :func:`settle`)."""
+        where = (f"{self.origin} {self.source.path} (sha256 {self.source.digest})"
+                 if self.source is not None else self.origin)
+        return {"auto's machine": self.key.describe() if self.key else None, "auto's table": where}
+
+
+def user_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where ``python -m mpiring.tune`` keeps this user's tables: ``$MPIRING_TUNING_DIR``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning``."""
+    env = os.environ if env is None else env
+    if env.get(TUNING_DIR):
+        return Path(env[TUNING_DIR]).expanduser()
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or "~", ".cache")
+    return Path(cache).expanduser() / "mpiring" / "tuning"
+
+
+def user_path(key: MachineKey, env: Mapping[str, str] | None = None) -> Path:
+    """The user's table for ``key``: ``<user_dir>/<gpu>-<ranks>x-<link>.json``."""
+    return user_dir(env) / key.file_name()
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def read(path: str | os.PathLike) -> Source:
+    """The table file at ``path``; raises InvalidArgumentError naming it and the problem."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise InvalidArgumentError(f"cannot read the tuning table {path}: {err}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise InvalidArgumentError(f"{path} is not a text file (a tuning table is JSON)") from None
+    return Source(loads(text, str(path)), str(path), _digest(data))
+
+
+def explicit(env: Mapping[str, str] | None = None) -> Source | None:
+    """The table ``MPIRING_TUNING_FILE`` names (read and checked), or None."""
+    env = os.environ if env is None else env
+    path = (env.get(TUNING_FILE) or "").strip()
+    return read(path) if path else None
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> tuple[Source, ...]:
+    """The tables that ship with mpiring (``mpiring/data/tuning-*.json``), by name; read once."""
+    folder = resources.files("mpiring").joinpath("data")
+    out = []
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.startswith("tuning-") and item.name.endswith(".json"):
+            data = item.read_bytes()
+            label = f"mpiring/data/{item.name}"
+            out.append(Source(loads(data.decode(), label), label, _digest(data)))
+    return tuple(out)
+
+
+def find(key: MachineKey, env: Mapping[str, str] | None = None,
+         given: Source | None = None) -> Choice:
+    """The table for ``key`` in lookup order (module docstring); ``given``: the
+    ``MPIRING_TUNING_FILE`` table, already read. Raises InvalidArgumentError for a user table
+    that cannot be read or that is for another machine."""
+    if given is not None and given.table.covers(key):
+        return Choice(key, EXPLICIT, given)
+    path = user_path(key, env)
+    if path.is_file():
+        mine = read(path)
+        if not mine.table.covers(key):
+            raise InvalidArgumentError(
+                f"{path} is where python -m mpiring.tune keeps the table for {key.describe()}, "
+                f"but it holds tables for {mine.table.describe_machine()}: run python -m "
+                "mpiring.tune again on this machine, or delete the file")
+        return Choice(key, USER, mine)
+    for source in shipped():
+        if source.table.covers(key):
+            return Choice(key, SHIPPED, source)
+    return Choice(key, BUILTIN)
+
+
+def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,
+           given: Source | None, timeout: float) -> Choice:
+    """Collective over ``comm`` (one bounded allgather, on one node of several ranks): this
+    node's key (:func:`mpiring.machine.detect`, from every GPU of the node) and table
+    (:func:`find`); raises the same SetupError on every rank if ranks differ in either, or if
+    the table cannot be read."""
+    from .agreement import allgather
+    from .consensus import disagreements
+
+    if topology.nodes > 1:
+        return Choice(None, ACROSS_NODES)
+    problem = ""
+    try:
+        key = machine.detect(topology.size, buses)
+    except Exception as err:  # noqa: BLE001 - detection must not leave peers waiting
+        key, problem = MachineKey(machine.UNKNOWN, topology.size, machine.UNKNOWN), str(err)
+    if topology.size == 1:
+        return Choice(key, ONE_RANK)
+    choice = Choice(key, BUILTIN)
+    try:
+        choice = find(key, None, given) if not problem else choice
+    except InvalidArgumentError as err:
+        problem = str(err)
+    values = choice.setup_values()
+    if problem:
+        values["auto's table"] = f"unusable: {problem}"
+    lines = disagreements(allgather(comm, values, timeout, "say which tuning table auto uses"))
+    if lines:
+        raise SetupError(
+            "mpiring.Communicator set-up: " + "; ".join(lines) + ". Every rank must use the same "
+            "tuning table: set MPIRING_TUNING_FILE, MPIRING_TUNING_DIR and XDG_CACHE_HOME/HOME "
+            "alike on every rank, and install the same packages (pynvml) everywhere")
+    if problem:
+        raise SetupError(f"auto's tuning table: {problem}")
+    return choice
