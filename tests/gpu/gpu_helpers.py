@@ -111,3 +111,16 @@ extern "C" __global__ void nap(unsigned long long ns) {
 def gpu_nap(stream: cupy.cuda.Stream, seconds: float) -> None:
     """Hold ``stream`` for about ``seconds`` (one sleeping thread: no SM is kept busy)."""
     _NAP((1,), (1,), (np.uint64(seconds * 1e9),), stream=stream)
+
+
+def free_device_bytes() -> int:
+    """Free memory of the device with nothing in flight on any rank. Free memory is the whole
+    device's, so where ranks share a GPU every rank empties its pool before any rank reads it,
+    and none allocates again until all have read."""
+    cupy.cuda.runtime.deviceSynchronize()
+    WORLD.Barrier()
+    cupy.get_default_memory_pool().free_all_blocks()
+    WORLD.Barrier()
+    free = cupy.cuda.runtime.memGetInfo()[0]
+    WORLD.Barrier()
+    return free

@@ -13,6 +13,7 @@ from gpu_helpers import (
     WORLD,
     agree,
     fit,
+    free_device_bytes,
     identical_on_all_ranks,
     mismatches,
     poison,
@@ -332,14 +333,7 @@ def test_two_communicators_at_once(comm):
 @pytest.mark.mpi(min_size=2)
 def test_create_close_cycles_do_not_grow_memory():
     """50 create/close cycles after a short warm-up (kernels, driver pools): zero growth."""
-    pool = cupy.get_default_memory_pool()
-
-    def free_bytes() -> int:
-        cupy.cuda.runtime.deviceSynchronize()
-        WORLD.Barrier()
-        pool.free_all_blocks()
-        return cupy.cuda.runtime.memGetInfo()[0]
-
+    free_bytes = free_device_bytes
     errors = []
     series = []
     for cycle in range(53):

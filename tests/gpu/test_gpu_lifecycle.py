@@ -16,7 +16,17 @@ import time
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, gpu_nap, mismatches, poison, rank_input, reference, span_for
+from gpu_helpers import (
+    WORLD,
+    agree,
+    free_device_bytes,
+    gpu_nap,
+    mismatches,
+    poison,
+    rank_input,
+    reference,
+    span_for,
+)
 from mpi4py import MPI
 
 import mpiring
@@ -56,10 +66,7 @@ def checked_call(c: mpiring.Communicator, algo: str, count: int, salt: int, *,
 def snapshot() -> tuple[int, dict[str, int], int]:
     """(free device bytes, live GPU resources, open file descriptors) with nothing in flight."""
     gc.collect()  # objects in reference cycles return their pool memory now, not later
-    cupy.cuda.runtime.deviceSynchronize()
-    WORLD.Barrier()
-    cupy.get_default_memory_pool().free_all_blocks()
-    free = cupy.cuda.runtime.memGetInfo()[0]
+    free = free_device_bytes()
     return free, dict(mpiring.cuda.live_resources()), len(os.listdir("/proc/self/fd"))
 
 
