@@ -16,6 +16,7 @@ from mpiring.bench.overlap import (
     GEMM,
     MAX_ATTEMPTS,
     MAX_GEMMS,
+    SHAPES,
     TRAIN,
     Makespan,
     OverlapResult,
@@ -32,6 +33,7 @@ from mpiring.bench.overlap import (
     window_calls,
 )
 from mpiring.bench.overlap_run import OverlapMeasurer
+from mpiring.bench.results import MAKESPAN_COLUMNS
 
 times = st.floats(min_value=1e-6, max_value=10.0, allow_nan=False, allow_infinity=False)
 
@@ -126,6 +128,10 @@ def test_combine_spans_takes_the_slowest_ranks_medians():
     assert (res.t_gemm_s, res.t_ar_s, res.t_both_s) == (11.1, 8.1, 13.0)  # one outlier is not it
     assert res.efficiency == pytest.approx((11.1 + 8.1 - 13.0) / 8.1)
     assert res.note == ""
+
+
+def test_makespan_shapes_and_columns_agree():
+    assert set(MAKESPAN_COLUMNS) == set(SHAPES) == {GEMM, TRAIN}
 
 
 # -- the SMs held ------------------------------------------------------------------------

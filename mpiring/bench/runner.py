@@ -188,7 +188,7 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     algos = list(dict.fromkeys(a for c in opts.collectives for a in algos_of[c]))
     baseline = reference(gpu)
     baseline = baseline if baseline in algos else ""
-    reporter.set_baseline(baseline, overlap=bool(opts.overlap), placements=opts.placements)
+    reporter.set_baseline(baseline, overlap=opts.overlap_shapes, placements=opts.placements)
     sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
                sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
                algos_of=algos_of,
