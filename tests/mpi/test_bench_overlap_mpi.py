@@ -133,3 +133,90 @@ def test_a_rank_whose_repetitions_never_count_gives_up_everywhere():
         problems.append("call counts differ")
     all_ok(problems)
 
+
+class HostTimeline:
+    """GEMMs that take 1 ms (on paper); the calls timed for real (host allreduces): together,
+    the calls run while the GEMMs would, so the makespan is the longer of the two."""
+
+    def synchronize(self):
+        pass
+
+    def gemms_alone(self, load, n):
+        return 1e-3
+
+    def calls_alone(self, call, k):
+        start = MPI.Wtime()
+        for _ in range(k):
+            call()
+        return (MPI.Wtime() - start) / k
+
+    def beside(self, load, call, k, n):
+        t = self.calls_alone(call, k) * k
+        return [i * 1.05e-3 for i in range(n + 1)], 0.2e-3, 0.2e-3 + t
+
+    def together(self, load, call, k, g, after):
+        t = self.calls_alone(call, k) * k
+        return g * 1e-3, after * 1e-3 + t
+
+    def close(self):
+        pass
+
+
+def test_a_host_run_with_a_simulated_gpu_writes_the_overlap_report(monkeypatch, shared_dir, capsys):
+    """The whole bench (__main__, runner, rows, table, CSV, figures, summary) on host arrays,
+    with --overlap's GPU side simulated: every column filled, every rank alike."""
+    import csv
+    from dataclasses import replace
+
+    from mpiring.bench import __main__ as bench
+    from mpiring.bench import runner
+    from mpiring.bench.cli import parse_args
+    from mpiring.bench.report import Reporter
+
+    real_setup = runner.setup
+
+    def setup(opts, world_, reporter, algos_for=None):
+        sw = real_setup(opts, world_, reporter, algos_for)
+        sw.opts = replace(sw.opts, overlap="gemm,train")
+        sw.overlap = OverlapMeasurer(world_, HostTimeline(), [
+            Shape(GEMM, "big", 1e-3, slowdowns=True, label="simulated 1 ms GEMMs"),
+            Shape(TRAIN, "small", 1e-3, after=1, window_gemms=8, label="simulated, after one")],
+            reps=2)
+        sw.overlap_line = sw.overlap.describe()
+        reporter.set_baseline(sw.baseline, overlap=("gemm", "train"))
+        return sw
+
+    monkeypatch.setattr(runner, "setup", setup)
+    opts = parse_args(["--host", "-b", "4K", "-e", "16K", "-f", "4", "--algo", "mpi,ring",
+                       "--output-dir", str(shared_dir), "--name", "ov", "--time-budget", "0.01",
+                       "--reps", "2", "--progress", "off"])
+    status = bench._run(opts, world, Reporter(RANK == 0, "off"))
+    out = capsys.readouterr().out
+    problems = [] if status == 0 else [f"exit status {status}"]
+    world.Barrier()
+    (csv_path,) = shared_dir.glob("ov_*.csv")
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 4:
+        problems.append(f"{len(rows)} rows")
+    for r in rows:
+        for col in ("t_gemm_us", "t_ar_us", "t_both_us", "overlap_eff", "train_t_both_us",
+                    "train_eff", "gemm_slowdown", "overlap_gemms", "train_calls"):
+            if r[col] == "":
+                problems.append(f"{r['algo']} {r['size_bytes']}: no {col}")
+        if r["ar_sms_source"] != "all: its kernels launch the grid they want" or r["ar_sms"]:
+            problems.append(f"SMs {r['ar_sms']!r} {r['ar_sms_source']!r}")
+    for size in {r["size_bytes"] for r in rows}:  # one work per size, for every algorithm
+        works = {(r["overlap_gemms"], r["overlap_calls"], r["train_gemms"], r["train_calls"])
+                 for r in rows if r["size_bytes"] == size}
+        if len(works) != 1:
+            problems.append(f"{size}: works {works}")
+    names = sorted(p.name.removeprefix(csv_path.stem) for p in shared_dir.glob("ov_*.png"))
+    if names != [".png", "_makespan.png", "_overlap.png"]:
+        problems.append(f"figures {names}")
+    if RANK == 0:
+        for text in ("smallest makespan, gemm at 4 KiB:", "smallest makespan, train at 16 KiB:",
+                     "T_both", "train T_both", "SMs", "simulated 1 ms GEMMs", "efficiency ="):
+            if text not in out:
+                problems.append(f"no {text!r} in the output")
+    all_ok(problems)
