@@ -113,8 +113,8 @@ def test_help_documents_every_option():
                  "--algo", "--batches", "-d", "--dtype", "-o", "--op", "--placement", "--iters",
                  "--warmup", "--reps", "--time-budget", "--max-iters", "--output-dir", "--name",
                  "--no-plot", "--host", "--gpu", "--check", "--no-check", "--seed", "--timeout",
-                 "--time-agreement", "--progress", "--overlap", "--gemm-size", "-a", "--average",
-                 "-G", "--cudagraph", "--graph", "-c", "--nccl-tests"]:
+                 "--time-agreement", "--progress", "--overlap", "--gemm-size", "--train-gemm-size",
+                 "-a", "--average", "-G", "--cudagraph", "--graph", "-c", "--nccl-tests"]:
         assert flag in text, flag
     for action in build_parser()._actions:
         assert action.help, action.option_strings
@@ -125,13 +125,18 @@ def test_help_documents_every_option():
 
 def test_overlap_options():
     o = parse_args([])
-    assert o.overlap is None and o.gemm_size == 8192
+    assert o.overlap is None and o.gemm_size == 8192 and o.train_gemm_size == 4096
+    assert o.overlap_shapes == ()
     o = parse_args(["--overlap", "gemm", "--gemm-size", "4096"])
-    assert (o.overlap, o.gemm_size) == ("gemm", 4096)
+    assert (o.overlap, o.gemm_size, o.overlap_shapes) == ("gemm", 4096, ("gemm",))
+    o = parse_args(["--overlap", "train,gemm,train", "--train-gemm-size", "2048"])
+    assert (o.overlap, o.overlap_shapes, o.train_gemm_size) == ("gemm,train", ("gemm", "train"), 2048)
+    assert parse_args(["--overlap", "train"]).overlap_shapes == ("train",)
 
 
 @pytest.mark.parametrize("argv", [["--overlap", "fft"], ["--gemm-size", "512"],
-                                  ["--gemm-size", "big"]])
+                                  ["--gemm-size", "big"], ["--overlap", ""],
+                                  ["--overlap", "gemm,fft"], ["--train-gemm-size", "100"]])
 def test_bad_overlap_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
@@ -140,7 +145,8 @@ def test_bad_overlap_options_exit_2(argv, capsys):
 
 def test_help_names_the_gpu_algorithms_and_overlap():
     text = build_parser().format_help()
-    for word in ("--overlap", "--gemm-size", "oneshot", "twoshot", "auto", "n/a", "_overlap.png"):
+    for word in ("--overlap", "--gemm-size", "--train-gemm-size", "oneshot", "twoshot", "auto",
+                 "n/a", "_overlap.png", "_makespan.png", "T_both", "min(T_gemm, T_ar)"):
         assert word in text, word
 
 
@@ -164,6 +170,7 @@ def test_the_default_file_name_is_the_collective():
     (["--collective", "alltoall"], "unknown collective 'alltoall'"),
     (["--collective", "allgather", "--overlap", "gemm"], "--overlap gemm measures the allreduce only"),
     (["--collective", "all", "--overlap", "gemm"], "drop --collective"),
+    (["--collective", "allgather", "--overlap", "train,gemm"], "--overlap gemm,train measures"),
 ])
 def test_bad_collectives_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -194,16 +194,17 @@ class FakeOverlap:
     def __init__(self):
         self.seen = []
 
-    def measure(self, call, algo, ar_s, iters):
+    def measure(self, call, algo, ar_s, iters, size=None):
         call()
-        self.seen.append((algo, ar_s, iters))
+        self.seen.append((algo, ar_s, iters, size))
         return "figures"
 
 
 def test_overlap_runs_after_a_timed_point_only():
     fake = FakeOverlap()
     out, comm = measure(overlap=fake)
-    assert out.overlap == "figures" and fake.seen == [("ring", out.stats.median, out.iters)]
+    assert out.overlap == "figures"
+    assert fake.seen == [("ring", out.stats.median, out.iters, COUNT * 4)]  # the size keys the work
     assert comm.check is True  # restored after the timed loops and the overlap
     fake = FakeOverlap()
     out, _ = measure("wrong", overlap=fake)

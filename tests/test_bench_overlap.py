@@ -1,5 +1,6 @@
-"""mpiring.bench.overlap on the CPU: the arithmetic of --overlap gemm, and the repetitions over a
-simulated GPU timeline (what a real GemmLoad reports, with chosen slowdowns)."""
+"""mpiring.bench.overlap on the CPU: the arithmetic of --overlap gemm's slowdowns, and the
+repetitions of mpiring.bench.overlap_run over a simulated GPU timeline (what the real
+GpuTimeline reports, with chosen slowdowns). The makespan: tests/test_bench_makespan.py."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from mpi4py import MPI
 
 from mpiring.bench.overlap import (
     FIRST_GUESS,
+    GEMM,
     MARGIN,
     MIN_INSIDE,
     MIN_WINDOW_GEMMS,
     WARMUP_CALLS,
-    OverlapMeasurer,
     Rep,
+    Shape,
     combine,
     gemms_inside,
     gemms_to_enqueue,
@@ -24,6 +26,7 @@ from mpiring.bench.overlap import (
     slowdown,
     window_calls,
 )
+from mpiring.bench.overlap_run import OverlapMeasurer
 
 
 def test_window_calls_span_enough_gemms():
@@ -97,11 +100,12 @@ def test_combine_takes_the_worst_gemm_rank_and_the_slowest_allreduce_rank():
 class SimulatedLoad:
     """A GPU timeline without a GPU: GEMMs of ``gemm_s`` alone, calls of ``ar_s`` alone; beside
     each other the GEMMs take ``gemm_slow`` and the calls ``ar_slow`` times longer. The loop
-    starts ``lead_s`` after the first GEMM mark."""
+    starts ``lead_s`` after the first GEMM mark. Together from one start (the makespan), the
+    shorter part is hidden up to ``hidden`` of it."""
 
     def __init__(self, gemm_s=1e-3, ar_s=50e-6, gemm_slow=1.2, ar_slow=1.5, lead_s=0.3e-3,
-                 gemm_cap=None):
-        self.gemm_s, self.ar_s = gemm_s, ar_s
+                 gemm_cap=None, hidden=1.0):
+        self.gemm_s, self.ar_s, self.hidden = gemm_s, ar_s, hidden
         self.gemm_slow, self.ar_slow, self.lead_s = gemm_slow, ar_slow, lead_s
         self.gemm_cap = gemm_cap  # GEMMs that actually run (a broken enqueue), or None
         self.both_calls: list[tuple[int, int]] = []
@@ -110,7 +114,7 @@ class SimulatedLoad:
     def synchronize(self):
         pass
 
-    def gemms_alone(self, n):
+    def gemms_alone(self, load, n):
         return self.gemm_s
 
     def calls_alone(self, call, k):
@@ -118,7 +122,17 @@ class SimulatedLoad:
             call()
         return self.ar_s
 
-    def both(self, call, k, n):
+    def together(self, load, call, k, g, after):
+        for _ in range(k):
+            call()
+        t_gemm, t_ar = g * self.gemm_s, k * self.ar_s
+        both = t_gemm + t_ar - self.hidden * min(t_gemm, t_ar)
+        return (both, t_ar) if t_gemm >= t_ar else (t_gemm, both)
+
+    def close(self):
+        pass
+
+    def beside(self, load, call, k, n):
         self.both_calls.append((k, n))
         for _ in range(k):
             call()
@@ -128,9 +142,13 @@ class SimulatedLoad:
         return marks, a0, a0 + k * self.ar_s * self.ar_slow
 
 
+def gemm_shape(load):
+    return Shape(GEMM, "the GEMM", load.gemm_s, slowdowns=True)
+
+
 def measure(load, reps=3, iters=20, algo="ring", measurer=None):
     counter = []
-    m = measurer or OverlapMeasurer(MPI.COMM_SELF, load, reps, gemm_s=load.gemm_s)
+    m = measurer or OverlapMeasurer(MPI.COMM_SELF, load, [gemm_shape(load)], reps)
     res = m.measure(lambda: counter.append(1), algo, load.ar_s, iters)
     return res, m, len(counter)
 
@@ -143,7 +161,10 @@ def test_measures_the_simulated_slowdowns():
     assert res.gemm_alone_s == load.gemm_s and res.ar_alone_s == load.ar_s
     k = window_calls(load.ar_s, load.gemm_s, 20)
     assert res.calls == k == 160
-    assert ncalls == WARMUP_CALLS + 3 * 2 * k  # then alone and beside, per repetition
+    work = res.makespans[GEMM]
+    assert (work.calls, work.gemms) == (k, 8)  # 160 calls of 50 us: 8 GEMMs of 1 ms
+    # then alone and beside per repetition, and the makespan's alone and together
+    assert ncalls == WARMUP_CALLS + 3 * 2 * k + 3 * 2 * work.calls
     first_n = load.both_calls[0][1]
     assert first_n == gemms_to_enqueue(k * load.ar_s, load.gemm_s, FIRST_GUESS)
     assert load.both_calls[1][1] < first_n  # then sized from the slowdown seen (1.5)
@@ -156,7 +177,7 @@ def test_more_gemms_when_the_loop_outlasts_them():
     assert res.note == "" and res.ar_slowdown == pytest.approx(6.0)
     ns = [n for _, n in load.both_calls]
     assert ns[1] > ns[0] and len(load.both_calls) == 3 + 1
-    m.load = load2 = SimulatedLoad(ar_slow=6.0)  # the algorithm's next point starts from 6x
+    m.timeline = load2 = SimulatedLoad(ar_slow=6.0)  # the algorithm's next point starts from 6x
     res2, _, _ = measure(load2, measurer=m)
     assert res2.note == "" and len(load2.both_calls) == 3  # no try wasted
 
@@ -175,3 +196,5 @@ def test_gives_up_with_a_note_when_the_gemms_never_outlast_the_loop():
     assert res.gemm_slowdown is None and res.ar_slowdown is None
     assert res.note.startswith("overlap not measured: after 4 tries")
     assert "outlasted the GEMMs" in res.note
+    assert res.makespans[GEMM].t_both_s is not None  # the makespan is measured all the same
+    assert res.notes == res.note

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import json
 
-from mpiring.bench import plot
+from mpiring.bench import plot, plot_overlap
 from mpiring.bench.results import Row, write_csv
 from mpiring.bench.stats import algbw, busbw
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring"), overlap=False) -> list[Row]:
+def add_makespan(row: Row, t_us: float, hidden: float, train: bool) -> None:
+    """The makespan columns of a row whose calls take ``t_us``: 100 calls, as many 1.7 ms GEMMs
+    as nccl's calls take (the size's work), ``hidden`` of the shorter one hidden."""
+    calls, gemm_us = 100, 1700.0
+    gemms = max(1, round(calls * (10 + row.size_bytes / 125e3) / gemm_us))
+    t_gemm, t_ar = gemms * gemm_us, calls * t_us
+    row.overlap_gemms, row.overlap_calls, row.t_gemm_us, row.t_ar_us = gemms, calls, t_gemm, t_ar
+    row.t_both_us = t_gemm + t_ar - hidden * min(t_gemm, t_ar)
+    row.overlap_eff = hidden
+    if train:
+        row.train_t_gemm_us, row.train_t_ar_us = t_gemm, t_ar
+        row.train_t_both_us = t_gemm + t_ar - 0.9 * hidden * min(t_gemm, t_ar)
+        row.train_eff = 0.9 * hidden
+
+
+def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring"), overlap=False,
+              makespan=False) -> list[Row]:
     rows = []
     for e in range(10, 31, 2):
         size = 1 << e
@@ -32,6 +48,9 @@ def fake_rows(batches=("auto",), algos=("nccl", "ring", "nccl-ring"), overlap=Fa
                 if overlap:
                     rows[-1].gemm_slowdown = 1.3 if algo == "nccl" else 1.02
                     rows[-1].ar_slowdown = 1.8 if algo == "nccl" else 1.1
+                if makespan:
+                    add_makespan(rows[-1], t, hidden=0.4 if algo == "nccl" else 0.8,
+                                 train=algo != "twoshot")
     rows.append(Row(1 << 32, 1 << 30, "float32", "sum", "ring", "auto", "out", 4, "skipped", "-"))
     return rows
 
@@ -59,6 +78,34 @@ def test_six_algorithms_and_the_overlap_figure(tmp_path):
     assert len({plot.line_style(a, "out", a)["color"] for a in SIX}) == 6
     assert plot.line_style("auto", "out", "x")["linestyle"] == ":"
     assert plot.line_style("some-new-algo", "in", "x")["linestyle"] == "--"
+
+
+def test_makespan_figure_one_column_per_shape(tmp_path):
+    rows = fake_rows(algos=SIX, overlap=True, makespan=True)
+    meta = {"overlap_shapes": {"gemm": "8192x8192 float16 GEMMs (CuPy), 1.7 ms each alone",
+                               "train": "4096x4096 bfloat16 GEMMs (torch)"}}
+    written = plot.plot_results(rows, meta, tmp_path / "run")
+    assert [p.name for p in written] == ["run.png", "run_overlap.png", "run_makespan.png"]
+    assert all(_is_png(p) for p in written)
+    assert plot_overlap.makespan_shapes(rows) == ["gemm", "train"]
+    ref = plot_overlap.gemm_reference(rows, "gemm")
+    assert [s for s, _ in ref] == sorted({r.size_bytes for r in rows if r.t_gemm_us})
+    nccl_1m = next(r for r in rows if r.algo == "nccl" and r.size_bytes == 1 << 20)
+    assert dict(ref)[1 << 20] == nccl_1m.t_gemm_us  # one work per size: every row's T_gemm
+    only_train = [r for r in fake_rows(makespan=True)]
+    for r in only_train:
+        r.t_both_us = None
+    assert plot_overlap.makespan_shapes(only_train) == ["train"]
+    path = plot_overlap.plot_makespan(only_train, {}, tmp_path / "train.png")
+    assert path is not None and _is_png(path)
+    assert plot_overlap.plot_makespan(fake_rows(), {}, tmp_path / "none.png") is None
+
+
+def test_replot_from_csv_draws_the_makespan(tmp_path, capsys):
+    csv_path = write_csv(tmp_path / "saved.csv", fake_rows(makespan=True))
+    assert plot.main([str(csv_path)]) == 0
+    assert _is_png(tmp_path / "saved_makespan.png")
+    assert str(tmp_path / "saved_makespan.png") in capsys.readouterr().out
 
 
 def test_batch_sweep_figure_when_several_batches(tmp_path):

@@ -11,9 +11,12 @@ from mpiring.bench.report import (
     Reporter,
     columns,
     fmt_bw,
+    fmt_eff,
+    fmt_ms,
     fmt_speedup,
     fmt_time,
     is_terminal,
+    sms_cell,
     table_width,
     wrong_label,
 )
@@ -104,18 +107,38 @@ def test_six_algorithms_auto_pick_and_na_rows(capsys):
 
 
 def test_overlap_columns(capsys):
-    assert len(columns("nccl", overlap=True)) == len(columns("nccl")) + 2
+    assert len(columns("nccl", overlap=("gemm",))) == len(columns("nccl")) + 2 + 4 + 1
+    assert len(columns("nccl", overlap=("train",))) == len(columns("nccl")) + 4 + 1
+    both = columns("nccl", overlap=("train", "gemm"))  # in the shapes' order, whatever asked
+    heads = [h for h, _, _ in both]
+    assert heads.index("GEMM\nslowdown") < heads.index("T_both\n(ms)") < heads.index(
+        "train T_both\n(ms)") < heads.index("SMs\nheld") < heads.index("#wrong")
     rep = Reporter(True, progress="off")
-    rep.set_baseline("nccl", overlap=True)
+    rep.set_baseline("nccl", overlap=("gemm", "train"))
     rep.start(1)
-    rep.row(row(gemm_slowdown=1.034, ar_slowdown=1.5))
-    rep.row(row(algo="nccl"))  # overlap not measured: dashes
+    rep.row(row(gemm_slowdown=1.034, ar_slowdown=1.5, t_gemm_us=13600.0, t_ar_us=8123.4,
+                t_both_us=15012.0, overlap_eff=0.8262, train_t_gemm_us=13000.0,
+                train_t_ar_us=8100.0, train_t_both_us=14100.5, train_eff=-0.0432, ar_sms=None,
+                ar_sms_source="all: its kernels launch the grid they want"))
+    rep.row(row(algo="nccl", ar_sms=16, ar_sms_source="NCCL_MAX_NCHANNELS=16: ..."))
+    rep.row(row(algo="twoshot"))  # overlap not measured: dashes
     rep.stop()
     out = capsys.readouterr().out
-    assert "GEMM" in out and "slowdown" in out
+    assert "GEMM" in out and "slowdown" in out and "T_both" in out and "train T_both" in out
     ring = next(line for line in out.splitlines() if "1.03x" in line)
-    assert "1.50x" in ring
-    assert max(len(line) for line in out.splitlines()) <= table_width(columns("nccl", True)) + 1
+    for cell in ("1.50x", "13.60", "8.123", "15.01", "0.83", "14.10", "-0.04", " all "):
+        assert cell in ring, cell
+    nccl = next(line for line in out.splitlines() if " nccl " in line and "MiB" in line)
+    assert " 16 " in nccl
+    assert max(len(line) for line in out.splitlines()) <= table_width(
+        columns("nccl", ("gemm", "train"))) + 1
+
+
+def test_makespan_formats():
+    assert fmt_ms(None) == "-" and fmt_ms(float("nan")) == "-"
+    assert (fmt_ms(1234.5), fmt_ms(12345.0), fmt_ms(123456.0)) == ("1.234", "12.35", "123.5")
+    assert fmt_eff(0.8262) == "0.83" and fmt_eff(None) == "-"
+    assert sms_cell(row()) == "-" and sms_cell(row(ar_sms_source="unknown: x")) == "?"
 
 
 def test_not_applicable_points_do_not_change_the_exit_status():

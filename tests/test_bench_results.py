@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from mpiring.bench.results import FIELDS, Row, read_csv, read_json, write_csv, write_json
+from mpiring.bench.results import (
+    FIELDS,
+    MAKESPAN_COLUMNS,
+    Row,
+    read_csv,
+    read_json,
+    write_csv,
+    write_json,
+)
 
 
 def sample_rows() -> list[Row]:
@@ -25,7 +33,11 @@ def sample_rows() -> list[Row]:
     auto = Row(size_bytes=1 << 20, count=262144, dtype="float32", op="sum", algo="auto",
                batches="-", placement="out", nranks=4, status="ok", check="OK", time_us=10.0,
                resolved="twoshot", gemm_alone_us=1520.5, gemm_overlap_us=1601.25,
-               gemm_slowdown=1.053, ar_alone_us=10.5, ar_overlap_us=14.0, ar_slowdown=1.333)
+               gemm_slowdown=1.053, ar_alone_us=10.5, ar_overlap_us=14.0, ar_slowdown=1.333,
+               overlap_gemms=8, overlap_calls=1300, t_gemm_us=12164.0, t_ar_us=13650.0,
+               t_both_us=15002.5, overlap_eff=0.8889, train_gemms=65, train_calls=1300,
+               train_t_gemm_us=13000.0, train_t_ar_us=13650.0, train_t_both_us=14800.0,
+               train_eff=0.9115, ar_sms=None, ar_sms_source="all: its kernels launch the grid")
     na = Row(size_bytes=1 << 30, count=1 << 28, dtype="float32", op="sum", algo="oneshot",
              batches="-", placement="out", nranks=4, status="inapplicable", check="-",
              note="rank 0: InvalidArgumentError: oneshot takes at most 1 MiB")
@@ -80,7 +92,7 @@ def test_reads_csv_of_older_runs_without_the_new_columns(tmp_path):
     with path.open(newline="") as f:
         recs = list(csv.DictReader(f))
     old = [k for k in FIELDS if k not in ("resolved", "collective")
-           and not k.startswith(("gemm_", "ar_"))]
+           and not k.startswith(("gemm_", "ar_", "t_", "train_", "overlap_"))]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=old, extrasaction="ignore")
         writer.writeheader()
@@ -88,6 +100,22 @@ def test_reads_csv_of_older_runs_without_the_new_columns(tmp_path):
     back = read_csv(path)[0]
     assert back.time_us == 12.5 and back.resolved == "" and back.gemm_slowdown is None
     assert back.collective == "allreduce"  # runs from before --collective
+    assert back.t_both_us is None and back.ar_sms_source == ""  # ... and before the makespan
+
+
+def test_the_makespan_columns_keep_their_types_and_units(tmp_path):
+    path = write_csv(tmp_path / "r.csv", sample_rows())
+    with path.open(newline="") as f:
+        rec = list(csv.DictReader(f))[3]
+    assert (rec["overlap_gemms"], rec["t_both_us"], rec["overlap_eff"]) == ("8", "15002.5", "0.8889")
+    assert (rec["train_calls"], rec["ar_sms"], rec["ar_sms_source"]) == (
+        "1300", "", "all: its kernels launch the grid")
+    back = read_csv(path)[3]
+    assert isinstance(back.overlap_gemms, int) and isinstance(back.train_t_both_us, float)
+    for cols in MAKESPAN_COLUMNS.values():
+        assert all(c in FIELDS for c in cols)
+        assert all(c.endswith("_us") for c in (cols.t_gemm, cols.t_ar, cols.t_both))
+    assert FIELDS[-1] == "note"
 
 
 def test_read_csv_rejects_other_files(tmp_path):

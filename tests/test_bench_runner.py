@@ -12,7 +12,7 @@ from mpi4py import MPI
 import mpiring
 from mpiring.bench import command, rowmaker, runner, summary
 from mpiring.bench.measure import Outcome, Point
-from mpiring.bench.overlap import OverlapResult
+from mpiring.bench.overlap import Makespan, OverlapResult
 from mpiring.bench.report import Reporter
 from mpiring.bench.results import Row
 from mpiring.bench.stats import Stats
@@ -73,6 +73,55 @@ def test_row_of_an_auto_point_with_overlap_figures():
     assert row.gemm_slowdown is None and "overlap not measured" in row.note
     ring = Point(4096, 1024, "float32", "sum", "ring", "auto", "out")
     assert rowmaker.make_row(fake_sweep(Comm("x")), ring, Outcome("ok", "OK")).resolved == ""
+
+
+def test_row_of_a_point_with_makespans_and_the_sms_auto_picked():
+    p = Point(64 << 20, 16 << 20, "float32", "sum", "auto", None, "out")
+    stats = Stats(mean=4e-4, std=0.0, min=4e-4, max=4e-4, median=4e-4)
+    spans = {"gemm": Makespan(13.6e-3, 12.0e-3, 15.0e-3, 0.88, gemms=8, calls=30, rank=1, reps=5),
+             "train": Makespan(gemms=65, calls=30, note="makespan not measured: x")}
+    ov = OverlapResult(gemm_slowdown=1.01, ar_slowdown=1.2, makespans=spans)
+    comm = Comm("nccl")
+    comm.sm_budget = lambda algo: None  # a budget seam that states none for this row
+    out = Outcome("ok", "OK", stats=stats, overlap=ov)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NCCL_MAX_NCHANNELS", "24")
+        row = rowmaker.make_row(fake_sweep(comm), p, out)
+    assert row.resolved == "nccl" and (row.ar_sms, row.ar_sms_source[:21]) == (24, "NCCL_MAX_NCHANNELS=24")
+    assert (row.overlap_gemms, row.overlap_calls) == (8, 30)
+    assert (row.t_gemm_us, row.t_ar_us, row.t_both_us) == (
+        pytest.approx(13600), pytest.approx(12000), pytest.approx(15000))
+    assert row.overlap_eff == 0.88 and row.train_t_both_us is None and row.train_gemms == 65
+    assert row.note == "train: makespan not measured: x"
+    ring = rowmaker.make_row(fake_sweep(Comm("x")), Point(64 << 20, 16 << 20, "float32", "sum",
+                                                            "ring", "auto", "out"), out)
+    assert ring.ar_sms is None and ring.ar_sms_source.startswith("all")
+    plain = rowmaker.make_row(fake_sweep(Comm("x")), p, Outcome("ok", "OK", stats=stats))
+    assert plain.ar_sms_source == "" and plain.t_both_us is None  # no --overlap
+
+
+def test_summary_names_the_smallest_makespan_per_shape_and_size():
+    mib = 1 << 20
+    rows = [r("nccl", 64 * mib, t_gemm_us=13600.0, t_ar_us=11000.0, t_both_us=16000.0,
+              overlap_eff=0.78, train_t_both_us=14000.0, train_t_gemm_us=13000.0,
+              train_t_ar_us=11000.0, train_eff=0.9),
+            r("ring", 64 * mib, batches="auto", t_gemm_us=13600.0, t_ar_us=12000.0,
+              t_both_us=14500.0, overlap_eff=0.93, train_t_both_us=15000.0),
+            r("auto", 64 * mib, resolved="ring", placement="in", t_both_us=14400.0,
+              overlap_eff=0.95, t_gemm_us=13600.0, t_ar_us=12100.0),
+            r("nccl", 256 * mib, t_both_us=50000.0, overlap_eff=0.5),
+            r("twoshot", 256 * mib, status="error", check="-", time_us=None, t_both_us=1.0)]
+    lines = summary.summary_lines(rows, "nccl")
+    nccl = next(line for line in lines if line.startswith("nccl "))
+    assert "gemm overlap efficiency median 0.64 (0.50 to 0.78)" in nccl
+    assert "train overlap efficiency median 0.90 (0.90 to 0.90)" in nccl
+    spans = [line for line in lines if line.startswith("smallest makespan")]
+    assert spans == [
+        "smallest makespan, gemm at 64 MiB: auto:ring in-place 14.4 ms (efficiency 0.95; "
+        "T_gemm 13.6 ms, T_ar 12.1 ms); next ring 14.5 ms",
+        "smallest makespan, gemm at 256 MiB: nccl 50 ms (efficiency 0.50; T_gemm -, T_ar -)",
+        "smallest makespan, train at 64 MiB: nccl 14 ms (efficiency 0.90; T_gemm 13 ms, "
+        "T_ar 11 ms); next ring 15 ms"]
 
 
 def test_reason_strips_the_rank_and_error_type():

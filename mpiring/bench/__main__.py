@@ -83,6 +83,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
         meta["left_out"] = list(sw.left_out)  # node-scoped rows: the communicator spans nodes
     if sw.overlap_line:
         meta["overlap"] = sw.overlap_line
+        meta["overlap_shapes"] = {s.name: s.label for s in sw.overlap.shapes}
     files = _open_files(opts, sw, meta, _stamp(world))
     sw.sink = files.add if files is not None else None
     reporter.banner(f"mpiring {', '.join(sw.collectives)} benchmark",

@@ -32,8 +32,9 @@ from .stats import AVERAGES, SLOWEST
 
 PLACEMENTS = ("out", "in")
 BASELINE_EXAMPLES = ("nccl", "nccl-symm", "torch", "torch-symm-1shot", "torch-symm-2shot")
-OVERLAPS = ("gemm",)
+OVERLAPS = ("gemm", "train")  # workload shapes of --overlap (mpiring.bench.overlap)
 DEFAULT_GEMM_SIZE = 8192  # float16: about 1.1 TFLOP, 1-2 ms on an H100/H200
+DEFAULT_TRAIN_GEMM_SIZE = 4096  # bfloat16 (torch) or float16: about 0.2 ms on an H200
 MIN_GEMM_SIZE = 1024
 DEFAULT_OUTPUT_DIR = "mpiring-results"
 FORMATS = ("table", "nccl-tests")
@@ -80,9 +81,13 @@ On a communicator that spans nodes (or MPIRING_VIRTUAL_NODES), rows that need ev
 one node (ring, ring-events, oneshot, twoshot) are left out of the default sweep (the banner
 names them), and asking for one with --algo is an error.
 
---overlap gemm (GPUs) also measures, at every point, a large float16 matmul on its own stream
-running at the same time as the allreduce loop, and reports how much each slows the other
-down (see mpiring/bench/overlap.py for the method).
+--overlap gemm,train (GPUs) also measures, at every point, the allreduce beside matmuls on
+their own stream: per workload shape (gemm: large float16 GEMMs started with the allreduce;
+train: smaller bfloat16 GEMMs, the allreduce issued after the first, as in a backward pass) the
+GEMMs alone (T_gemm), the calls alone (T_ar), both from one start (the makespan T_both), the
+overlap efficiency (T_gemm + T_ar - T_both) / min(T_gemm, T_ar) (1: the shorter one hidden,
+0: no better than serial) and the SMs the allreduce holds; with gemm also how much each slows
+the other down (see mpiring/bench/overlap.py for the method).
 """
 
 EPILOG = f"""\
@@ -91,7 +96,7 @@ examples:
   mpiexec -n 4 python -m mpiring.bench -b 1M -e 1G --batches 1,2,4,8 --placement out,in
   srun -n 4 python -m mpiring.bench -d bfloat16 --algo ring,nccl --name h200
   mpiexec -n 4 python -m mpiring.bench --collective reduce_scatter,allgather -b 1M -e 1G
-  mpiexec -n 4 python -m mpiring.bench --overlap gemm -b 1M -e 1G -f 4
+  mpiexec -n 4 python -m mpiring.bench --overlap gemm,train -b 1M -e 1G -f 4
   mpiexec -n 4 mpiring-bench -b 8 -e 128M -f 2 -G 1 -a 1 --algo nccl --nccl-tests
   python -m mpiring.bench.plot {DEFAULT_OUTPUT_DIR}/allreduce_*.csv   # re-plot saved results
 
@@ -108,7 +113,8 @@ Files: <output-dir>/<name>_<host>_<date>.csv (one row per algo x size x batches 
 appended as each point completes), .json (same rows plus metadata; written at the end, or
 when the run is interrupted by Ctrl-C or SIGTERM, e.g. at a Slurm time limit), .png
 (busbw, latency and speed-up vs size), _batches.png (busbw per batches value, when several
-are given) and _overlap.png (with --overlap gemm). Default directory: ./{DEFAULT_OUTPUT_DIR}/.
+are given), _overlap.png (the slowdowns, with --overlap gemm) and _makespan.png (makespan and
+efficiency per workload shape, with --overlap). Default directory: ./{DEFAULT_OUTPUT_DIR}/.
 
 Output: rank 0 prints. Colours and the live progress bar appear only when its output is a
 terminal (--progress auto): under mpiexec/srun rank 0 writes into a pipe, and under Open MPI
@@ -147,11 +153,12 @@ class Options:
     progress: str
     argv: tuple[str, ...]
     collectives: tuple[str, ...] = (ALLREDUCE,)  # collectives.NAMES, in the order they run
-    overlap: str | None = None  # "gemm": also measure the allreduce beside a matmul
+    overlap: str | None = None  # "gemm", "train" or "gemm,train": the allreduce beside matmuls
     # "eager": Python calls back to back; "graph": k calls replayed from one CUDA graph
     # (nccl-tests' -G); "gpu": graph where the algorithm can be captured (the table says), eager otherwise.
     timing: str = "eager"
     gemm_size: int = DEFAULT_GEMM_SIZE
+    train_gemm_size: int = DEFAULT_TRAIN_GEMM_SIZE
     gpu: bool = False  # --gpu: GPUs required
     graph_launches: int = 1  # -G N: launches of the captured graph per timed repetition
     average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
@@ -162,6 +169,11 @@ class Options:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
         return (self.minbytes if self.minbytes is not None else parse_size(lo),
                 self.maxbytes if self.maxbytes is not None else parse_size(hi))
+
+    @property
+    def overlap_shapes(self) -> tuple[str, ...]:
+        """The workload shapes of --overlap, in OVERLAPS' order (none without it)."""
+        return tuple(self.overlap.split(",")) if self.overlap else ()
 
     @property
     def memory(self) -> str:
@@ -233,14 +245,22 @@ def build_parser() -> argparse.ArgumentParser:
                             "without GPUs")
 
     g = p.add_argument_group("overlap with compute (GPUs only)")
-    g.add_argument("--overlap", choices=OVERLAPS,
-                   help="gemm: at every point also time a large float16 matmul on its own "
-                        "stream, alone and while the allreduce loop runs, and report both "
-                        "slowdowns (GEMM time with / alone, allreduce time with / alone)")
+    g.add_argument("--overlap", type=choices_list(OVERLAPS, "overlap shape"), metavar="LIST",
+                   help="comma list of workload shapes to run beside the allreduce at every "
+                        "point: gemm (large float16 matmuls started with it; also both "
+                        "slowdowns: GEMM time with / alone, allreduce time with / alone), "
+                        "train (smaller bfloat16 matmuls, the allreduce issued after the first, "
+                        "as a backward pass issues a gradient bucket). Each reports T_gemm, "
+                        "T_ar, the makespan T_both, the overlap efficiency and the SMs held")
     g.add_argument("--gemm-size", type=int_at_least(MIN_GEMM_SIZE), default=DEFAULT_GEMM_SIZE,
-                   metavar="N", help=f"the matmul of --overlap: N x N by N x N, float16 "
+                   metavar="N", help=f"the matmul of --overlap gemm: N x N by N x N, float16 "
                    f"(default {DEFAULT_GEMM_SIZE}: 1-2 ms on an H200; the run stops if one "
                    "takes under 100 us, where launches rather than the GPU would set its pace)")
+    g.add_argument("--train-gemm-size", type=int_at_least(MIN_GEMM_SIZE),
+                   default=DEFAULT_TRAIN_GEMM_SIZE, metavar="N",
+                   help=f"the matmuls of --overlap train: N x N by N x N, bfloat16 through "
+                        f"torch (float16 through CuPy where torch cannot run, and the banner "
+                        f"says so; default {DEFAULT_TRAIN_GEMM_SIZE})")
 
     g = p.add_argument_group("timing")
     g.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
@@ -319,8 +339,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     if ns.minbytes is not None and ns.maxbytes is not None and ns.maxbytes < ns.minbytes:
         parser.error("-e/--maxbytes is below -b/--minbytes")
     collectives = NAMES if ALL in ns.collective else ns.collective
-    if ns.overlap and collectives != (ALLREDUCE,):
-        parser.error(f"--overlap {ns.overlap} measures the allreduce only: drop --collective "
+    overlap = ",".join(s for s in OVERLAPS if s in ns.overlap) if ns.overlap else None
+    if overlap and collectives != (ALLREDUCE,):
+        parser.error(f"--overlap {overlap} measures the allreduce only: drop --collective "
                      f"{','.join(collectives)} or --overlap")
     name = ns.name if ns.name is not None else (
         collectives[0] if len(collectives) == 1 else "collectives")
@@ -335,7 +356,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
         time_budget=ns.time_budget, max_iters=ns.max_iters, check=ns.check, host=ns.host,
         output_dir=ns.output_dir, name=name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
-        argv=tuple(args_list), overlap=ns.overlap, gemm_size=ns.gemm_size,
+        argv=tuple(args_list), overlap=overlap, gemm_size=ns.gemm_size,
+        train_gemm_size=ns.train_gemm_size,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
         baseline=ns.baseline,

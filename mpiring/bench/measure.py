@@ -75,7 +75,7 @@ class Outcome:
     reps: int | None = None
     errors: list[str] = field(default_factory=list)
     needs_rebuild: bool = False
-    overlap: Any = None  # an overlap.OverlapResult with --overlap gemm
+    overlap: Any = None  # an overlap.OverlapResult with --overlap
     wrong: int | None = None  # wrong elements over all ranks (None: not checked)
 
 
@@ -184,7 +184,7 @@ class PointMeasurer:
         self.time_agreement = time_agreement
         self.mpi_op = mpi_op
         self.in_place = in_place  # MPI.IN_PLACE
-        self.overlap = overlap  # an overlap.OverlapMeasurer, run after a point's timing
+        self.overlap = overlap  # an overlap_run.OverlapMeasurer, run after a point's timing
         self.timer = space.timer()
         self.graph = graph  # time calls captured in a CUDA graph (see _timed_graph)
         self.graph_launches = max(1, graph_launches)  # replays timed together (-G N)
@@ -266,7 +266,8 @@ class PointMeasurer:
             if self.overlap is not None and outcome.stats is not None:
                 with np.errstate(all="ignore"):  # in place, values grow (see _time)
                     outcome.overlap = self.overlap.measure(call, point.algo,
-                                                           outcome.stats.median, outcome.iters)
+                                                           outcome.stats.median, outcome.iters,
+                                                           size=point.nbytes)
             return outcome
         finally:
             self.comm.check = saved

@@ -1,61 +1,73 @@
-"""``--overlap gemm``: how much an allreduce and a large matmul slow each other down.
+"""``--overlap gemm,train``: an allreduce beside matmuls, as a training step overlaps them.
 
 Training overlaps gradient allreduces with matmuls. An allreduce that moves and adds data with
-kernels (NCCL) takes SMs from the matmul; one that moves data with the copy engines (mpiring's
-``ring``) should leave it nearly alone. This measures both slowdowns for every algorithm and
-size, NCCL included.
+kernels (NCCL) takes SMs from the matmuls; one that moves data with the copy engines (mpiring's
+``ring``) should leave them nearly alone, but its own small kernels may then wait for SMs. What
+a user cares about is how long the two take together. Two workload shapes (:class:`Shape`):
 
-The two loads
-  GEMM       ``C = A @ B``, N x N float16 (``--gemm-size``, default 8192: 1.1 TFLOP, 1-2 ms on
-             an H200), CuPy's cuBLAS matmul on a non-blocking stream of its own.
-  allreduce  the point's own call (buffers, algorithm, batches, placement of its timing), on a
-             second non-blocking stream: neither stream ever waits for the other.
+  gemm   ``C = A @ B``, N x N float16 (``--gemm-size``, default 8192: 1.1 TFLOP, 1-2 ms on an
+         H200), CuPy's cuBLAS matmul; the allreduce starts together with the first GEMM.
+  train  a sequence of smaller GEMMs (``--train-gemm-size``, default 4096; bfloat16 through
+         torch where it is importable, else float16 through CuPy, and the banner says so); the
+         allreduce starts once the first GEMM is done, as a data-parallel backward pass issues
+         a gradient bucket's allreduce after layer L and runs layers L-1.. beside it.
+The GEMMs run on one non-blocking stream, the point's own allreduce call (buffers, algorithm,
+batches, placement) on a second; neither waits for the other except where a shape says so.
+The GPU side is :mod:`mpiring.bench.loads`; everything here runs on the CPU too.
 
-Per point, ``WARMUP_CALLS`` untimed calls on the allreduce stream first; then per repetition,
-each part after a device synchronize and an MPI barrier:
+The makespan (both shapes). A fixed amount of work per size: ``k`` allreduce calls and ``g``
+GEMMs, fixed at the first algorithm measured at that size (the baseline, where it runs) so that
+every algorithm at a size does the same work: ``k`` = that point's timed iterations, raised
+until the calls span ``window_gemms`` GEMMs (:func:`window_calls`), ``g = after + max(1,
+round(k * t_ar / t_one_gemm))`` (:func:`gemm_count`; at most MAX_GEMMS): the GEMMs take about
+as long as the calls.
+Per repetition, each part after a device synchronize and an MPI barrier:
+  T_gemm  the ``g`` GEMMs alone, between two CUDA events;
+  T_ar    the ``k`` calls alone;
+  T_both  both at once: the GEMM stream is held on a host flag (a start gate) while its GEMMs
+          are enqueued behind a start event S; the allreduce stream waits for S (train: for the
+          event after the first GEMM); the flag is released; the ``k`` calls are enqueued. The
+          makespan is the later of the two streams' end events, minus S.
+  efficiency = (T_gemm + T_ar - T_both) / min(T_gemm, T_ar): 1 = the shorter one perfectly
+          hidden, 0 = no better than one after the other, negative = worse than serial.
+Reported: the slowest rank's (largest median T_both) medians over the repetitions, and the
+efficiency of those three numbers, so the CSV's columns reproduce it. Train's first GEMM runs
+before any call by construction: there perfect hiding is T_both = max(T_gemm, t_one + T_ar).
+
+The slowdowns (gemm shape only; the columns ``gemm_slowdown`` and ``ar_slowdown``). Per
+point, ``WARMUP_CALLS`` untimed calls first; then per repetition, each part after a device
+synchronize and an MPI barrier:
   1. GEMM alone: ``GEMMS_ALONE`` GEMMs back to back between two CUDA events: ``t_gemm``.
   2. allreduce alone: ``k`` calls back to back between two CUDA events: ``t_ar``.
-  3. both: ``n`` GEMMs are enqueued on the GEMM stream with an event after each (``e_0`` before
-     the first), then the same ``k`` calls run on the allreduce stream between events ``a0``
-     and ``a1``. Enqueueing a GEMM takes the host microseconds and the GPU milliseconds, so
-     the GEMM stream runs without a gap from ``e_0`` to ``e_n`` (hence the floor on a
-     GEMM, MIN_GEMM_S). Times are read relative to ``e_0``, which both streams' events follow.
+  3. both: ``n`` GEMMs are enqueued with an event after each (``e_0`` before the first), then
+     the same ``k`` calls run between events ``a0`` and ``a1``. The GEMM stream runs without a
+     gap from ``e_0`` to ``e_n`` (hence the floor on a GEMM, MIN_GEMM_S).
        allreduce time with the GEMM  = (a1 - a0) / k
        GEMM time with the allreduce  = mean duration e_i - e_(i-1) of the GEMMs that ran
                                        entirely inside [a0, a1], under the allreduce throughout
-     A repetition counts only if the GEMMs outlasted the loop (``e_n >= a1``: contention the
-     whole time) and at least ``MIN_INSIDE`` of them fell inside it; otherwise every rank
-     repeats it with twice the GEMMs (or twice the calls), at most ``MAX_ATTEMPTS`` times
-     before the point's overlap is reported as not measured.
+     A repetition counts only if the GEMMs outlasted the loop (``e_n >= a1``) and at least
+     ``MIN_INSIDE`` of them fell inside it; otherwise every rank repeats it with twice the
+     GEMMs (or twice the calls), at most ``MAX_ATTEMPTS`` times.
+``k`` here is the point's own (:func:`window_calls` of its own time), ``n = LEAD + ceil(MARGIN *
+k * t_ar * s / t_gemm)``, ``s`` the expected allreduce slowdown: the largest seen so far for the
+algorithm (``FIRST_GUESS`` before any), doubled after a repetition whose GEMMs ran out.
+Reported: each rank's median of each time; the GEMM slowdown of the worst-hit rank, the
+allreduce's of the slowest rank's medians (a collective ends when its slowest rank does).
 
-How many: ``k`` = the point's timed iterations, raised until ``k * t_ar`` spans
-``MIN_WINDOW_GEMMS`` GEMMs; it is the same on every rank (the calls are collective).
-``n = LEAD + ceil(MARGIN * k * t_ar * s / t_gemm)``, ``s`` being the expected allreduce
-slowdown: the largest seen at this point so far (before its first repetition: at the
-algorithm's previous point, else ``FIRST_GUESS``), doubled after a repetition whose GEMMs ran
-out. Enough GEMMs to outlast the slowed loop, without many left to wait for after it.
-
-Reported per point: each rank's median of each time over the repetitions; the GEMM slowdown
-is the largest over ranks of (median with / median alone), with that rank's two times; the
-allreduce's is the slowest rank's median with over the slowest rank's median alone (a
-collective ends when its slowest rank does). Events resolve about 0.5 us.
-
-Pure arithmetic first (tested on CPU), then :class:`OverlapMeasurer` (the repetitions and their
-agreement across ranks, over any "load") and :class:`GemmLoad` (the CuPy side).
+The SMs the allreduce holds: :func:`sms_held`, the seam where a communicator states a budget.
+Events resolve about 0.5 us. The measurer is in :mod:`mpiring.bench.overlap_run`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
+import os
 import statistics
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-from .measure import agree
-
-GEMMS_ALONE = 5  # GEMMs timed alone per repetition
+GEMMS_ALONE = 5  # GEMMs timed alone per repetition (slowdowns)
 WARMUP_CALLS = 3  # untimed calls on the allreduce stream before a point's repetitions
 MIN_WINDOW_GEMMS = 8  # the allreduce loop spans at least this many GEMM-alone times
 MIN_INSIDE = 3  # GEMMs that must run entirely inside the loop for a repetition to count
@@ -64,10 +76,16 @@ MARGIN = 1.25  # GEMMs enqueued for this multiple of the expected (slowed) loop
 FIRST_GUESS = 2.0  # allreduce slowdown assumed before any is measured
 MAX_ATTEMPTS = 4  # tries of one repetition before the point's overlap is given up
 MAX_CALLS = 1_000_000
+# GEMMs of one makespan repetition, at most: all are enqueued behind the start gate, and a stream
+# that cannot run yet takes about a thousand launches before the host blocks (a deadlock then).
+MAX_GEMMS = 256
 MIN_GEMM_S = 100e-6  # a GEMM must outlast its launch (tens of us), or the stream idles
 
+GEMM, TRAIN = "gemm", "train"
+SHAPES = (GEMM, TRAIN)
 
-# -- pure arithmetic -------------------------------------------------------------------
+
+# -- pure arithmetic: the slowdowns ------------------------------------------------------
 
 
 def window_calls(ar_s: float, gemm_s: float, iters: int, min_window_gemms: int = MIN_WINDOW_GEMMS,
@@ -105,7 +123,7 @@ def slowdown(with_s: float, alone_s: float) -> float:
 
 @dataclass(frozen=True)
 class Rep:
-    """One repetition on one rank, in seconds per GEMM or per allreduce call."""
+    """One repetition of the slowdowns on one rank, in seconds per GEMM or per call."""
 
     gemm_alone: float
     ar_alone: float
@@ -139,9 +157,98 @@ def shortfall(reps: Sequence[Rep], min_inside: int = MIN_INSIDE) -> str:
     return ""
 
 
+# -- pure arithmetic: the makespan -------------------------------------------------------
+
+
+def efficiency(t_gemm: float, t_ar: float, t_both: float) -> float:
+    """``(T_gemm + T_ar - T_both) / min(T_gemm, T_ar)``: 1 when the shorter of the two is
+    perfectly hidden (``T_both = max``), 0 when they take as long as one after the other,
+    negative when longer; NaN when a time is missing or not positive. Not clamped: a value
+    above 1 means ``T_both`` came out below the longer one alone (noise, or clocks that moved)."""
+    times = (t_gemm, t_ar, t_both)
+    if not all(math.isfinite(t) and t > 0 for t in times):
+        return math.nan
+    return (t_gemm + t_ar - t_both) / min(t_gemm, t_ar)
+
+
+def gemm_count(work_s: float, gemm_s: float, after: int = 0, max_gemms: int = MAX_GEMMS) -> int:
+    """GEMMs of a makespan: ``after`` that run before the allreduce may start, then as many as
+    take about ``work_s`` (the allreduce calls alone), at least one."""
+    if not gemm_s > 0 or not math.isfinite(gemm_s):
+        raise ValueError(f"a GEMM must take some time, got {gemm_s} s")
+    beside = round(work_s / gemm_s) if math.isfinite(work_s) and work_s > 0 else 1
+    return min(max_gemms, after + max(1, beside))
+
+
+class Work(NamedTuple):
+    """The fixed work of a makespan: ``calls`` allreduce calls and ``gemms`` GEMMs."""
+
+    calls: int
+    gemms: int
+
+
+def makespan_work(ar_s: float, iters: int, gemm_s: float, after: int, window_gemms: int) -> Work:
+    """The work of one size from its first measured point (``ar_s`` seconds per call, ``iters``
+    timed iterations) and the shape's GEMM (``gemm_s`` alone, ``after``, ``window_gemms``)."""
+    calls = window_calls(ar_s, gemm_s, iters, window_gemms)
+    per_call = ar_s if math.isfinite(ar_s) and ar_s > 0 else gemm_s
+    return Work(calls, gemm_count(calls * per_call, gemm_s, after))
+
+
+class Span(NamedTuple):
+    """One makespan repetition on one rank, in seconds: the GEMMs alone, the calls alone, and
+    when each stream ended after the common start when both ran at once."""
+
+    t_gemm: float
+    t_ar: float
+    gemm_end: float
+    ar_end: float
+
+    @property
+    def t_both(self) -> float:
+        return max(self.gemm_end, self.ar_end)
+
+    @property
+    def ok(self) -> bool:
+        """Whether it counts: every time finite and positive."""
+        return all(math.isfinite(t) and t > 0 for t in self)
+
+
+@dataclass(frozen=True)
+class Makespan:
+    """One shape's figures at one point (seconds), from the slowest rank; ``note`` when not
+    measured (then the times are None)."""
+
+    t_gemm_s: float | None = None
+    t_ar_s: float | None = None
+    t_both_s: float | None = None
+    efficiency: float | None = None
+    gemms: int = 0
+    calls: int = 0
+    rank: int | None = None  # the rank whose medians these are
+    reps: int = 0
+    note: str = ""
+
+
+def combine_spans(per_rank: Sequence[Sequence[Span]], work: Work) -> Makespan:
+    """Per rank the median of T_gemm, T_ar and T_both over its repetitions; the rank with the
+    largest median T_both, its three medians and their efficiency."""
+    medians = [(statistics.median(s.t_gemm for s in spans), statistics.median(s.t_ar for s in spans),
+                statistics.median(s.t_both for s in spans)) for spans in per_rank]
+    rank = max(range(len(medians)), key=lambda r: medians[r][2])
+    t_gemm, t_ar, t_both = medians[rank]
+    eff = efficiency(t_gemm, t_ar, t_both)
+    return Makespan(t_gemm, t_ar, t_both, eff if math.isfinite(eff) else None, work.gemms,
+                    work.calls, rank, len(per_rank[0]))
+
+
+# -- what a point reports ----------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class OverlapResult:
-    """The figures of one point (seconds); all None with a ``note`` when not measured."""
+    """The figures of one point (seconds). The slowdown fields are None without the gemm shape
+    or with a ``note`` saying why; ``makespans`` per shape name."""
 
     gemm_alone_s: float | None = None
     gemm_with_s: float | None = None
@@ -152,6 +259,13 @@ class OverlapResult:
     calls: int = 0
     reps: int = 0
     note: str = ""
+    makespans: Mapping[str, Makespan] = field(default_factory=dict)
+
+    @property
+    def notes(self) -> str:
+        """Every note of the point: the slowdowns', then each shape's."""
+        parts = [self.note] + [f"{name}: {m.note}" for name, m in self.makespans.items() if m.note]
+        return "; ".join(p for p in parts if p)
 
 
 def combine(per_rank: Sequence[Sequence[Rep]], calls: int) -> OverlapResult:
@@ -167,160 +281,81 @@ def combine(per_rank: Sequence[Sequence[Rep]], calls: int) -> OverlapResult:
                          slowdown(ar_with, ar_alone), calls, len(per_rank[0]))
 
 
-# -- the repetitions, over any load ------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """A workload shape: its GEMM ``load`` (what the timeline enqueues), one GEMM's time alone
+    (agreed at set-up: the slowest rank's), how many GEMMs run before the allreduce may start,
+    how many GEMM times the overlapped loop spans, whether the slowdowns are measured beside
+    it, and what it is in words (for the banner and the figure)."""
+
+    name: str
+    load: Any
+    gemm_s: float
+    after: int = 0
+    window_gemms: int = MIN_WINDOW_GEMMS
+    slowdowns: bool = False
+    label: str = ""
 
 
-class OverlapMeasurer:
-    """Runs the repetitions of each point on every rank and agrees on them.
-
-    ``load`` provides ``synchronize()``, ``gemms_alone(n)`` and ``calls_alone(call, k)``
-    (seconds per GEMM / per call), and ``both(call, k, n)`` returning the GEMM marks and the
-    loop's ``a0``, ``a1`` (seconds, one time base); :class:`GemmLoad` is the GPU one.
-    ``gemm_s`` is the agreed time of one GEMM alone, measured at set-up."""
-
-    def __init__(self, world: Any, load: Any, reps: int, gemm_s: float) -> None:
-        self.world, self.load, self.reps, self.gemm_s = world, load, reps, gemm_s
-        self._guess: dict[str, float] = {}  # per algorithm: the largest allreduce slowdown
-
-    def measure(self, call: Callable[[], None], algo: str, ar_s: float, iters: int) -> OverlapResult:
-        """Collective: the overlap figures of one point whose calls take ``ar_s`` alone."""
-        calls = window_calls(ar_s, self.gemm_s, iters)
-        guess = self._guess.get(algo, FIRST_GUESS)
-        seen = 1.0
-        per_rank: list[list[Rep]] = [[] for _ in range(self.world.size)]
-        agree(self.world, lambda: self.load.calls_alone(call, min(calls, WARMUP_CALLS)))
-        attempts = 0  # of the current repetition
-        while len(per_rank[0]) < self.reps:
-            n = gemms_to_enqueue(calls * ar_s, self.gemm_s, guess)
-            reps = agree(self.world, functools.partial(self._rep, call, calls, n), share=True)
-            lack = shortfall(reps)
-            if lack:
-                attempts += 1
-                if attempts >= MAX_ATTEMPTS:
-                    return OverlapResult(note=f"overlap not measured: after {attempts} tries the "
-                                              f"loop of {calls} calls still {_LACK[lack]}")
-                if lack == "gemms":
-                    guess *= 2
-                else:
-                    calls = min(MAX_CALLS, 2 * calls)
-                continue
-            attempts = 0
-            for mine, rep in zip(per_rank, reps, strict=True):
-                mine.append(rep)
-            seen = max([seen] + [r.ar_slowdown for r in reps if math.isfinite(r.ar_slowdown)])
-            guess = seen
-        self._guess[algo] = seen
-        return combine(per_rank, calls)
-
-    def _rep(self, call: Callable[[], None], calls: int, n: int) -> Rep:
-        load, world = self.load, self.world
-        load.synchronize()
-        world.Barrier()
-        gemm_alone = load.gemms_alone(GEMMS_ALONE)
-        load.synchronize()
-        world.Barrier()
-        ar_alone = load.calls_alone(call, calls)
-        load.synchronize()
-        world.Barrier()
-        marks, a0, a1 = load.both(call, calls, n)
-        return rep_from_marks(gemm_alone, ar_alone, calls, marks, a0, a1)
+# -- the SMs an allreduce holds ------------------------------------------------------------
 
 
-_LACK = {"gemms": "outlasted the GEMMs enqueued", "calls": f"held fewer than {MIN_INSIDE} whole GEMMs"}
+class SmHold(NamedTuple):
+    """The SMs an algorithm's calls hold (None: not stated) and where that figure comes from."""
+
+    sms: int | None
+    source: str
 
 
-# -- the GPU side -------------------------------------------------------------------------
+ALL_SMS = "all: its kernels launch the grid they want"
+_NCCL_CAPS = {"nccl": ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"),
+              "nccl-ring": ("NCCL_MAX_P2P_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")}
 
 
-class GemmLoad:
-    """A square float16 matmul on its own non-blocking CuPy stream, and a second non-blocking
-    stream for the allreduce; everything timed with CUDA events."""
+def _positive(env: Mapping[str, str], name: str) -> int | None:
+    try:
+        value = int(env.get(name, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
-    dtype = "float16"
 
-    def __init__(self, size: int, seed: int = 0) -> None:
-        import cupy
+def sm_hold(comm: Any, algorithm: str, environ: Mapping[str, str] | None = None) -> SmHold:
+    """The SMs ``algorithm``'s calls on ``comm`` hold, and why that number.
 
-        self.cp = cupy
-        self.size = size
-        self.gemm_stream = cupy.cuda.Stream(non_blocking=True)
-        self.ar_stream = cupy.cuda.Stream(non_blocking=True)
-        with self.gemm_stream:
-            rng = cupy.random.RandomState(seed)
-            self.a = rng.standard_normal((size, size), dtype=cupy.float32).astype(cupy.float16)
-            self.b = rng.standard_normal((size, size), dtype=cupy.float32).astype(cupy.float16)
-            self.c = cupy.empty((size, size), dtype=cupy.float16)
-        self._events: list[Any] = []
-        self.synchronize()
+    The seam for an SM budget: ``comm.sm_budget``, where the communicator has one that is not
+    None, is the answer, an int for every row or a callable ``sm_budget(algorithm) -> int |
+    None`` per row (None there: this row has no budget). Otherwise: the NCCL rows hold one
+    thread block, so one SM, per channel, and NCCL's channel cap is what the environment sets
+    (``NCCL_MAX_NCHANNELS``; ``NCCL_MAX_P2P_NCHANNELS`` first for send/recv), an upper bound;
+    without one the count is NCCL's choice, unknown here. mpiring's own rows (the ring's fold
+    and copy kernels, the one-/two-shot kernels) launch whatever grid they want: None, "all"."""
+    budget = getattr(comm, "sm_budget", None)
+    if callable(budget):
+        budget = budget(algorithm)
+    if budget is not None:
+        return SmHold(int(budget), "comm.sm_budget")
+    if algorithm in _NCCL_CAPS:
+        env = os.environ if environ is None else environ
+        for name in _NCCL_CAPS[algorithm]:
+            cap = _positive(env, name)
+            if cap is not None:
+                return SmHold(cap, f"{name}={cap}: NCCL's channel cap, one block per channel")
+        floor = _positive(env, "NCCL_MIN_NCHANNELS")
+        return SmHold(None, "unknown: NCCL picks its channel count"
+                      + (f" (at least {floor}: NCCL_MIN_NCHANNELS)" if floor else ""))
+    return SmHold(None, ALL_SMS)
 
-    @property
-    def flop(self) -> int:
-        """Floating-point operations of one GEMM."""
-        return 2 * self.size**3
 
-    @property
-    def nbytes(self) -> int:
-        return 3 * self.size * self.size * 2
+def sms_held(comm: Any, algorithm: str) -> int | None:
+    """The SMs ``algorithm``'s calls on ``comm`` hold, None for "all it wants" or unknown
+    (:func:`sm_hold` says which, and why)."""
+    return sm_hold(comm, algorithm).sms
 
-    def describe(self, gemm_s: float) -> str:
-        return (f"{self.size}x{self.size} {self.dtype} GEMM on its own stream, "
-                f"{gemm_s * 1e3:.3g} ms alone ({self.flop / gemm_s / 1e12:.0f} TFLOP/s)")
 
-    def _marks(self, count: int) -> list[Any]:
-        while len(self._events) < count:
-            self._events.append(self.cp.cuda.Event())
-        return self._events[:count]
+def sms_label(sms: int | None, source: str) -> str:
+    """The table's cell: the number, "all" (mpiring's kernels, no budget) or "?" (unknown)."""
+    if sms is not None:
+        return str(sms)
+    return "all" if source.startswith("all") else "?"
 
-    def _seconds(self, begin: Any, end: Any) -> float:
-        return self.cp.cuda.get_elapsed_time(begin, end) / 1e3
-
-    def _enqueue_gemms(self, marks: Sequence[Any]) -> None:
-        """One GEMM between each pair of consecutive ``marks`` (events) on the GEMM stream."""
-        stream = self.gemm_stream
-        marks[0].record(stream)
-        with stream:
-            for mark in marks[1:]:
-                self.cp.matmul(self.a, self.b, out=self.c)
-                mark.record(stream)
-
-    def synchronize(self) -> None:
-        self.cp.cuda.Device().synchronize()
-
-    def calibrate(self, warmup: int = 2) -> float:
-        """Seconds per GEMM alone, after a warm-up."""
-        self._enqueue_gemms(self._marks(warmup + 1))
-        self.synchronize()
-        return self.gemms_alone(GEMMS_ALONE)
-
-    def gemms_alone(self, n: int) -> float:
-        marks = self._marks(n + 1)
-        self._enqueue_gemms(marks)
-        marks[-1].synchronize()
-        return self._seconds(marks[0], marks[-1]) / n
-
-    def calls_alone(self, call: Callable[[], None], calls: int) -> float:
-        begin, end = self._marks(2)
-        with self.ar_stream:
-            begin.record(self.ar_stream)
-            for _ in range(calls):
-                call()
-            end.record(self.ar_stream)
-        end.synchronize()
-        return self._seconds(begin, end) / calls
-
-    def both(self, call: Callable[[], None], calls: int, n: int) -> tuple[list[float], float, float]:
-        """Enqueue ``n`` GEMMs, then run ``calls`` calls: the GEMM marks and the loop's start
-        and end, in seconds after the first mark."""
-        marks = self._marks(n + 3)
-        gemm_marks, a0, a1 = marks[:n + 1], marks[n + 1], marks[n + 2]
-        self._enqueue_gemms(gemm_marks)
-        with self.ar_stream:
-            a0.record(self.ar_stream)
-            for _ in range(calls):
-                call()
-            a1.record(self.ar_stream)
-        a1.synchronize()
-        gemm_marks[-1].synchronize()
-        first = gemm_marks[0]
-        return ([self._seconds(first, m) for m in gemm_marks], self._seconds(first, a0),
-                self._seconds(first, a1))

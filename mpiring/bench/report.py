@@ -30,7 +30,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .nccl_format import NcclTestsTable
-from .results import Row
+from .overlap import GEMM, SHAPES, sms_label
+from .results import MAKESPAN_COLUMNS, Row
 from .sizes import format_size
 
 # Set by launchers that hand their processes a pseudo-terminal whatever their own output is.
@@ -67,6 +68,23 @@ def fmt_bw(gbs: float | None) -> str:
 
 def fmt_speedup(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.2f}x"
+
+
+def fmt_ms(us: float | None) -> str:
+    """A makespan-sized time, given in microseconds, in milliseconds."""
+    if us is None or not math.isfinite(us):
+        return "-"
+    ms = us / 1e3
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 100 else f"{ms:.1f}"
+
+
+def fmt_eff(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
+def sms_cell(row: Row) -> str:
+    """The SMs the allreduce holds: a number, "all", "?", or "-" where not measured."""
+    return sms_label(row.ar_sms, row.ar_sms_source) if row.ar_sms_source else "-"
 
 
 def algo_label(row: Row) -> str:
@@ -107,8 +125,31 @@ def _speedup_text(row: Row) -> Text:
 Column = tuple[str, int, Callable[[Row], Any]]
 
 
-def columns(baseline: str, overlap: bool = False) -> list[Column]:
-    """The table's columns; with ``overlap``, the two slowdowns of --overlap gemm too."""
+def _field(name: str, fmt: Callable[[Any], str]) -> Callable[[Row], str]:
+    return lambda r: fmt(getattr(r, name))
+
+
+def overlap_columns(shapes: Sequence[str]) -> list[Column]:
+    """The columns of --overlap's ``shapes``: with gemm its two slowdowns; per shape T_gemm,
+    T_ar and T_both (ms: the fixed work's totals) and the efficiency; the SMs held."""
+    cols: list[Column] = []
+    if GEMM in shapes:
+        cols += [("GEMM\nslowdown", 8, lambda r: fmt_speedup(r.gemm_slowdown)),
+                 ("allred.\nslowdown", 8, lambda r: fmt_speedup(r.ar_slowdown))]
+    for shape in (s for s in SHAPES if s in shapes):
+        c = MAKESPAN_COLUMNS[shape]
+        pre = "" if shape == GEMM else f"{shape} "
+        cols += [(f"{pre}T_gemm\n(ms)", len(pre) + 6, _field(c.t_gemm, fmt_ms)),
+                 (f"{pre}T_ar\n(ms)", max(6, len(pre) + 4), _field(c.t_ar, fmt_ms)),
+                 (f"{pre}T_both\n(ms)", len(pre) + 6, _field(c.t_both, fmt_ms)),
+                 (f"{shape if pre else 'overlap'}\neff.", 7, _field(c.eff, fmt_eff))]
+    if shapes:
+        cols.append(("SMs\nheld", 4, sms_cell))
+    return cols
+
+
+def columns(baseline: str, overlap: Sequence[str] = ()) -> list[Column]:
+    """The table's columns; with ``overlap`` (its shapes), those of --overlap too."""
     cols: list[Column] = [
         ("size", 9, lambda r: format_size(r.size_bytes)),
         ("count", 11, lambda r: str(r.count)),
@@ -127,10 +168,7 @@ def columns(baseline: str, overlap: bool = False) -> list[Column]:
         (f"speed-up\nvs {baseline}" if baseline else "speed-up", max(9, len(baseline) + 3),
          _speedup_text),  # as wide as the baseline's name: "vs torch-symm-1shot"
     ]
-    if overlap:
-        cols += [("GEMM\nslowdown", 8, lambda r: fmt_speedup(r.gemm_slowdown)),
-                 ("allred.\nslowdown", 8, lambda r: fmt_speedup(r.ar_slowdown))]
-    return cols + [("#wrong", 6, _check_text)]
+    return cols + overlap_columns(overlap) + [("#wrong", 6, _check_text)]
 
 
 def table_width(cols: list[Column]) -> int:
@@ -150,7 +188,7 @@ class Reporter:
     """Rank 0's console output; every method is a no-op when ``enabled`` is False."""
 
     def __init__(self, enabled: bool, progress: str = "auto", baseline: str = "",
-                 overlap: bool = False, plain: bool = False) -> None:
+                 overlap: Sequence[str] = (), plain: bool = False) -> None:
         self.enabled = enabled
         self.cols = columns(baseline, overlap)
         self.plain = plain  # nccl-tests' text table instead of mpiring's
@@ -174,9 +212,9 @@ class Reporter:
         # Open MPI's mpirun gives rank 0, whatever the real terminal's width.
         self.out.width = max(self.out.width, table_width(self.cols))
 
-    def set_baseline(self, baseline: str, overlap: bool = False,
+    def set_baseline(self, baseline: str, overlap: Sequence[str] = (),
                      placements: Sequence[str] = ("out",)) -> None:
-        """The columns of this run: speed-up against ``baseline``, slowdowns with ``overlap``;
+        """The columns of this run: speed-up against ``baseline``, --overlap's ``overlap`` shapes;
         with nccl-tests' table, the ``placements`` each of its lines waits for."""
         self.cols = columns(baseline, overlap)
         self.nccl_table = NcclTestsTable(placements)

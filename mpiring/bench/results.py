@@ -9,7 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass
@@ -24,6 +24,14 @@ class Row:
     communicator cannot say). The ``gemm_*``/``ar_*`` fields come from ``--overlap gemm``
     (see :mod:`mpiring.bench.overlap`): per-GEMM and per-allreduce times alone and at the same
     time, and their ratios (``*_slowdown`` = time with the other / time alone).
+
+    The makespan of each ``--overlap`` shape (:data:`MAKESPAN_COLUMNS`; gemm: ``t_*``,
+    ``overlap_*``; train: ``train_*``), the slowest rank's medians over the repetitions of a
+    fixed work of ``*_gemms`` GEMMs and ``*_calls`` allreduce calls, equal for every algorithm
+    at a size: ``t_gemm_us`` the GEMMs alone, ``t_ar_us`` the calls alone, ``t_both_us`` both
+    from one start until both streams are done (microseconds, totals, not per call);
+    ``overlap_eff`` = (t_gemm + t_ar - t_both) / min(t_gemm, t_ar). ``ar_sms``: the SMs the
+    allreduce holds (empty: all it wants, or unknown), ``ar_sms_source`` says which and why.
     """
 
     size_bytes: int
@@ -59,6 +67,20 @@ class Row:
     ar_alone_us: float | None = None
     ar_overlap_us: float | None = None
     ar_slowdown: float | None = None
+    overlap_gemms: int | None = None  # gemm shape: GEMMs of the makespan's work
+    overlap_calls: int | None = None  # ... and allreduce calls
+    t_gemm_us: float | None = None  # T_gemm: those GEMMs alone
+    t_ar_us: float | None = None  # T_ar: those calls alone
+    t_both_us: float | None = None  # T_both: both from one start, until both are done
+    overlap_eff: float | None = None  # (T_gemm + T_ar - T_both) / min(T_gemm, T_ar)
+    train_gemms: int | None = None  # train shape: the same figures
+    train_calls: int | None = None
+    train_t_gemm_us: float | None = None
+    train_t_ar_us: float | None = None
+    train_t_both_us: float | None = None
+    train_eff: float | None = None
+    ar_sms: int | None = None  # SMs the allreduce holds (None: all it wants, or unknown)
+    ar_sms_source: str = ""  # where ar_sms comes from (mpiring.bench.overlap.sm_hold)
     note: str = ""
 
     @property
@@ -66,14 +88,34 @@ class Row:
         return self.status == "ok" and self.time_us is not None
 
 
+class MakespanColumns(NamedTuple):
+    """The Row fields of one --overlap shape's makespan."""
+
+    gemms: str
+    calls: str
+    t_gemm: str
+    t_ar: str
+    t_both: str
+    eff: str
+
+
+MAKESPAN_COLUMNS = {
+    "gemm": MakespanColumns("overlap_gemms", "overlap_calls", "t_gemm_us", "t_ar_us", "t_both_us",
+                            "overlap_eff"),
+    "train": MakespanColumns("train_gemms", "train_calls", "train_t_gemm_us", "train_t_ar_us",
+                             "train_t_both_us", "train_eff"),
+}
+
 FIELDS = [f.name for f in fields(Row)]
 _INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
-               "batches_used", "wrong"}
+               "batches_used", "wrong", "ar_sms",
+               *(c for cols in MAKESPAN_COLUMNS.values() for c in (cols.gemms, cols.calls))}
 _REQUIRED = ("size_bytes", "count", "dtype", "op", "algo", "batches", "placement", "nranks",
              "status", "check")
 _FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
                  "speedup", "gemm_alone_us", "gemm_overlap_us", "gemm_slowdown", "ar_alone_us",
-                 "ar_overlap_us", "ar_slowdown"}
+                 "ar_overlap_us", "ar_slowdown",
+                 *(c for cols in MAKESPAN_COLUMNS.values() for c in cols[2:])}
 
 
 def _clean(value: Any) -> Any:

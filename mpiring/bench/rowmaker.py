@@ -16,7 +16,8 @@ from . import peers
 from .algorithms import AUTO
 from .collectives import ALLREDUCE, kind, reported_count
 from .measure import Outcome, Point
-from .results import Row
+from .overlap import OverlapResult, sm_hold
+from .results import MAKESPAN_COLUMNS, Row
 from .stats import algbw, busbw
 from .summary import in_graph
 
@@ -78,16 +79,10 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
     if p.algo == AUTO:
         with _capturing(sw):
             row.resolved = resolved_pick(sw.comm, p.count, sw.dtype, p.collective)
-    ov = out.overlap
-    if ov is not None:
-        us = {k: None if v is None else v * 1e6 for k, v in (
-            ("gemm_alone_us", ov.gemm_alone_s), ("gemm_overlap_us", ov.gemm_with_s),
-            ("ar_alone_us", ov.ar_alone_s), ("ar_overlap_us", ov.ar_with_s))}
-        for name, value in us.items():
-            setattr(row, name, value)
-        row.gemm_slowdown, row.ar_slowdown = ov.gemm_slowdown, ov.ar_slowdown
-        if ov.note:
-            row.note = "; ".join(n for n in (row.note, ov.note) if n)
+    if out.overlap is not None:
+        overlap_figures(row, out.overlap)
+        picked = row.resolved if row.resolved not in ("", "?") else p.algo  # auto: its pick
+        row.ar_sms, row.ar_sms_source = sm_hold(sw.comm, picked)
     s = out.stats
     if s is not None:
         row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6
@@ -97,6 +92,24 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
         row.iters, row.warmup, row.reps = out.iters, out.warmup, out.reps
         row.slowest_rank = out.slowest_rank
     return row
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
+
+
+def overlap_figures(row: Row, ov: OverlapResult) -> None:
+    """Copy a point's --overlap figures into its row (microseconds), notes appended."""
+    row.gemm_alone_us, row.gemm_overlap_us = _us(ov.gemm_alone_s), _us(ov.gemm_with_s)
+    row.ar_alone_us, row.ar_overlap_us = _us(ov.ar_alone_s), _us(ov.ar_with_s)
+    row.gemm_slowdown, row.ar_slowdown = ov.gemm_slowdown, ov.ar_slowdown
+    for shape, m in ov.makespans.items():
+        cols = MAKESPAN_COLUMNS[shape]
+        for name, value in zip(cols, (m.gemms or None, m.calls or None, _us(m.t_gemm_s),
+                                      _us(m.t_ar_s), _us(m.t_both_s), m.efficiency), strict=True):
+            setattr(row, name, value)
+    if ov.notes:
+        row.note = "; ".join(n for n in (row.note, ov.notes) if n)
 
 
 def speedup(sw: Any, row: Row) -> float | None:

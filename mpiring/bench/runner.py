@@ -65,8 +65,8 @@ class Sweep:
     sizes: list[tuple[int, int]]
     dtype: Any
     note: str = ""  # why a host run benchmarks the host (for the banner)
-    overlap: Any = None  # an overlap.OverlapMeasurer with --overlap gemm
-    overlap_line: str = ""  # what the overlap load is, for the banner
+    overlap: Any = None  # an overlap_run.OverlapMeasurer with --overlap
+    overlap_line: str = ""  # what the overlap shapes are, for the banner
     rows: list[Row] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # algorithm -> why (found running)
     inapplicable: set[str] = field(default_factory=set)  # algorithms already noted n/a
@@ -81,7 +81,9 @@ class Sweep:
     skipped: dict[str, str] = field(default_factory=dict)  # peers that cannot run here -> why
 
     def close(self) -> None:
-        """Collective: the peers, then the communicator."""
+        """Collective: the overlap's GEMM gate, the peers, then the communicator."""
+        if self.overlap is not None:
+            self.overlap.close()  # the GEMM stream's start gate (pinned memory)
         if self.peers is not None:
             self.peers.close()
         self.comm.close()
@@ -204,7 +206,7 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     algos_of, baseline = arrange({c: _algorithms(wanted, gpu, c, topo.nodes)[0]
                                   for c in opts.collectives}, baseline, bool(opts.baseline))
     algos = list(dict.fromkeys(a for c in opts.collectives for a in algos_of[c]))
-    reporter.set_baseline(baseline, overlap=bool(opts.overlap), placements=opts.placements)
+    reporter.set_baseline(baseline, overlap=opts.overlap_shapes, placements=opts.placements)
     sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
                sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
                algos_of=algos_of,
@@ -223,24 +225,22 @@ def _note(note: str, collectives: Sequence[str]) -> str:
 
 
 def _set_up_overlap(sw: Sweep) -> None:
-    """Collective: the GEMM load of --overlap gemm, and its time alone (slowest rank's)."""
-    from .overlap import MIN_GEMM_S, GemmLoad, OverlapMeasurer
+    """Collective: the GEMM loads of --overlap's shapes, calibrated (mpiring.bench.loads)."""
+    from .loads import set_up
 
     opts = sw.opts
     try:
-        load = agree(sw.world, lambda: GemmLoad(opts.gemm_size, seed=opts.seed + sw.rank))
-        gemm_s = max(agree(sw.world, load.calibrate, share=True))
+        sw.overlap = set_up(sw.world, opts.overlap_shapes, opts.gemm_size, opts.train_gemm_size,
+                            opts.seed + sw.rank, opts.reps)
     except StageFailed as err:
         sw.close()
-        raise BenchError(f"cannot set up the GEMM of --overlap gemm (--gemm-size "
-                         f"{opts.gemm_size}): " + "; ".join(err.errors)) from err
-    if gemm_s < MIN_GEMM_S:
+        raise BenchError(f"cannot set up the GEMMs of --overlap {opts.overlap} (--gemm-size "
+                         f"{opts.gemm_size}, --train-gemm-size {opts.train_gemm_size}): "
+                         + "; ".join(err.errors)) from err
+    except BenchError:
         sw.close()
-        raise BenchError(f"a {opts.gemm_size}x{opts.gemm_size} GEMM takes {gemm_s * 1e6:.1f} us, "
-                         f"under {MIN_GEMM_S * 1e6:.0f} us: launches, not the GPU, would set its "
-                         "pace; use a larger --gemm-size (e.g. 8192)")
-    sw.overlap = OverlapMeasurer(sw.world, load, opts.reps, gemm_s)
-    sw.overlap_line = load.describe(gemm_s)
+        raise
+    sw.overlap_line = sw.overlap.describe()
 
 
 def _fits(sw: Sweep, count: int) -> tuple[bool, str]:
@@ -382,8 +382,8 @@ def _show(sw: Sweep, p: Point, out: Outcome, row: Row) -> None:
         sw.inapplicable.add(p.algo)  # noted once; its rows say n/a
         rep.note(f"{p.algo}: n/a from {format_size(p.nbytes)} ({reason(out.note)})",
                  style="dim")
-    if out.overlap is not None and out.overlap.note:
-        rep.note(f"{format_size(p.nbytes)} {p.algo}: {out.overlap.note}")
+    if out.overlap is not None and out.overlap.notes:
+        rep.note(f"{format_size(p.nbytes)} {p.algo}: {out.overlap.notes}")
     rep.row(row)
     if out.status in ("fail", "error"):
         for extra in out.errors[1:6]:

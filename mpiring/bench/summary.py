@@ -1,6 +1,7 @@
 """The text around a sweep: the banner's lines (what runs, where, how it is timed and checked)
 and the closing summary per algorithm (nccl-tests' "Avg bus bandwidth", best speed-up,
-slowdowns beside a GEMM). Pure formatting of a :class:`~mpiring.bench.runner.Sweep`'s options
+slowdowns and overlap efficiency beside GEMMs), then per --overlap shape and size the algorithm
+with the smallest makespan. Pure formatting of a :class:`~mpiring.bench.runner.Sweep`'s options
 and its rows."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
 from .metadata import rank_lines
 from .nccl_names import nccl_type
-from .results import Row
+from .results import MAKESPAN_COLUMNS, Row
 from .sizes import format_size
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("check", _check_line(sw) if opts.check else "off (-c 0): results not verified"),
     ]
     if sw.overlap_line:
-        lines.append(("overlap", f"{sw.overlap_line}; slowdown = time beside the other / "
-                                 "time alone (mpiring/bench/overlap.py)"))
+        lines.append(("overlap", sw.overlap_line))
+        lines.append(("makespan", "T_gemm, T_ar: the GEMMs, the calls alone; T_both: both from "
+                                  "one start until both are done; efficiency = (T_gemm + T_ar - "
+                                  "T_both) / min(T_gemm, T_ar); slowdown = time beside the other "
+                                  "/ time alone (mpiring/bench/overlap.py)"))
     return lines
 
 
@@ -170,6 +174,10 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
             ar = _finite(r.ar_slowdown for r in timed)
             if ar:
                 parts.append(f"allreduce slowdown {_spread(ar)}")
+            for shape, cols in MAKESPAN_COLUMNS.items():
+                eff = _finite(getattr(r, cols.eff) for r in timed)
+                if eff:
+                    parts.append(f"{shape} overlap efficiency {_spread(eff, '')}")
         if na:
             parts.append(f"{na} n/a")
         if fails:
@@ -177,13 +185,47 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
         if errors:
             parts.append(f"{errors} errors")
         lines.append(f"{label}: " + ", ".join(parts))
+    return lines + makespan_lines(rows)
+
+
+def _who(row: Row) -> str:
+    """A row's algorithm as the makespan lines name it: auto's pick, batches, in place."""
+    text = f"{row.algo}:{row.resolved}" if row.resolved else row.algo
+    if row.batches not in ("-", "auto"):
+        text += f" batches={row.batches}"
+    return text + (" in-place" if row.placement == "in" else "")
+
+
+def makespan_lines(rows: list[Row]) -> list[str]:
+    """Per --overlap shape and size: the algorithm with the smallest makespan (T_both), with its
+    efficiency and the two times alone, and the runner-up."""
+    lines = []
+    for shape, cols in MAKESPAN_COLUMNS.items():
+        done = [r for r in rows if r.timed and getattr(r, cols.t_both) is not None]
+        for size in sorted({r.size_bytes for r in done}):
+            ranked = sorted((r for r in done if r.size_bytes == size),
+                            key=lambda r: getattr(r, cols.t_both))
+            best = ranked[0]
+            eff = getattr(best, cols.eff)
+            text = (f"smallest makespan, {shape} at {format_size(size)}: {_who(best)} "
+                    f"{_ms(getattr(best, cols.t_both))} (efficiency "
+                    f"{'-' if eff is None else f'{eff:.2f}'}; T_gemm {_ms(getattr(best, cols.t_gemm))}"
+                    f", T_ar {_ms(getattr(best, cols.t_ar))})")
+            if len(ranked) > 1:
+                text += f"; next {_who(ranked[1])} {_ms(getattr(ranked[1], cols.t_both))}"
+            lines.append(text)
     return lines
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None or not math.isfinite(us) else f"{us / 1e3:.3g} ms"
 
 
 def _finite(values: Any) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def _spread(values: list[float]) -> str:
+def _spread(values: list[float], unit: str = "x") -> str:
     """Median and range over sizes: "median 1.04x (1.01x to 1.10x)"."""
-    return f"median {statistics.median(values):.2f}x ({min(values):.2f}x to {max(values):.2f}x)"
+    return (f"median {statistics.median(values):.2f}{unit} ({min(values):.2f}{unit} to "
+            f"{max(values):.2f}{unit})")

@@ -1,0 +1,333 @@
+"""The GPU side of ``--overlap``: GEMM loads behind one small protocol (:class:`Load`), and
+:class:`GpuTimeline`, which enqueues them and the allreduce calls on two non-blocking CuPy
+streams and times both with CUDA events. What is measured and why: :mod:`mpiring.bench.overlap`;
+the repetitions: :mod:`mpiring.bench.overlap_run`.
+
+Loads: :class:`CupyGemm` (float16: CuPy has no bfloat16) and :class:`TorchGemm` (bfloat16,
+torch's matmul on the very same CUDA stream through ``torch.cuda.ExternalStream``). ``gemm()``
+writes into a preallocated output, so nothing is allocated while timing; cuBLAS's workspace is
+set up by the calibration's warm-up GEMMs on the same stream.
+
+The start gate (:class:`Gate`): the GEMM stream waits (``cuStreamWaitValue64``) on a word of
+pinned host memory while the host enqueues the GEMMs behind the start event, and the host
+releases it before it enqueues the first allreduce call; so the GEMMs run back to back from
+the start. No mpiring call is ever enqueued behind the gate, so one that waits on the host
+for GPU progress cannot deadlock it; nor can the GEMMs (at most ``overlap.MAX_GEMMS``) fill
+CUDA's launch queue while it holds. Where stream memory operations
+are unavailable the timeline runs without it (the banner says so): the GEMMs then start as
+they are enqueued, tens of microseconds each ahead of the calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from .command import BenchError
+from .measure import agree
+from .overlap import GEMM, GEMMS_ALONE, MIN_GEMM_S, MIN_WINDOW_GEMMS, TRAIN, Shape
+from .overlap_run import Call, OverlapMeasurer
+
+TRAIN_AFTER = 1  # GEMMs of the train shape before its allreduce may start
+TRAIN_WINDOW_GEMMS = 64  # its loop spans this many (small) GEMMs: as long as the gemm shape's
+NO_BF16 = "float16, not bfloat16: CuPy has no bfloat16, and torch cannot run here"
+
+
+class Load(Protocol):
+    """One square GEMM, ``size`` x ``size`` of ``dtype``, enqueued by ``gemm()`` on the stream
+    that ``on(stream)`` makes current (a CuPy stream)."""
+
+    size: int
+    dtype: str
+    backend: str
+
+    def on(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        """A context in which ``gemm()`` enqueues on ``stream``."""
+
+    def gemm(self) -> None:
+        """Enqueue ``C = A @ B`` (no allocation, no host wait)."""
+
+
+def describe(load: Load, gemm_s: float) -> str:
+    """``8192x8192 float16 GEMMs (CuPy), 1.70 ms each alone (647 TFLOP/s)``."""
+    rate = 2 * load.size**3 / gemm_s / 1e12
+    return (f"{load.size}x{load.size} {load.dtype} GEMMs ({load.backend}), "
+            f"{gemm_s * 1e3:.3g} ms each alone ({rate:.0f} TFLOP/s)")
+
+
+class CupyGemm:
+    """A square float16 matmul through CuPy's cuBLAS."""
+
+    backend = "CuPy"
+
+    def __init__(self, size: int, seed: int = 0, dtype: str = "float16") -> None:
+        import cupy
+
+        self.cp = cupy
+        self.size, self.dtype = size, dtype
+        rng = cupy.random.RandomState(seed)
+        self.a = rng.standard_normal((size, size), dtype=cupy.float32).astype(dtype)
+        self.b = rng.standard_normal((size, size), dtype=cupy.float32).astype(dtype)
+        self.c = cupy.empty((size, size), dtype=dtype)
+        cupy.cuda.Device().synchronize()
+
+    def on(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        return stream  # a CuPy stream is its own context: it makes itself current
+
+    def gemm(self) -> None:
+        self.cp.matmul(self.a, self.b, out=self.c)
+
+
+class TorchGemm:
+    """A square bfloat16 matmul through torch, on CuPy's streams (``ExternalStream``)."""
+
+    backend = "torch"
+
+    def __init__(self, size: int, seed: int = 0, dtype: str = "bfloat16") -> None:
+        import cupy
+        import torch
+
+        self.torch = torch
+        self.size, self.dtype = size, dtype
+        self.device = torch.device("cuda", cupy.cuda.Device().id)
+        torch.cuda.set_device(self.device)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(seed)
+        kind = getattr(torch, dtype)
+        self.a = torch.randn(size, size, generator=gen, device=self.device).to(kind)
+        self.b = torch.randn(size, size, generator=gen, device=self.device).to(kind)
+        self.c = torch.empty(size, size, device=self.device, dtype=kind)
+        torch.cuda.synchronize(self.device)
+        self._streams: dict[int, Any] = {}
+
+    def on(self, stream: Any) -> contextlib.AbstractContextManager[Any]:
+        ext = self._streams.get(stream.ptr)
+        if ext is None:
+            ext = self._streams[stream.ptr] = self.torch.cuda.ExternalStream(stream.ptr,
+                                                                             device=self.device)
+        return self.torch.cuda.stream(ext)
+
+    def gemm(self) -> None:
+        self.torch.matmul(self.a, self.b, out=self.c)
+
+
+def torch_usable() -> bool:
+    """Whether torch imports and sees a GPU (for bfloat16 GEMMs)."""
+    try:
+        import torch
+    except Exception:  # noqa: BLE001 - absent or broken alike: float16 through CuPy then
+        return False
+    return bool(torch.cuda.is_available())
+
+
+class Gate:
+    """A word of pinned host memory that a stream's work waits on until the host releases it."""
+
+    def __init__(self, device_id: int) -> None:
+        import cupy
+
+        from ..cuda.memops import StreamMemOps
+
+        self._ops = StreamMemOps(device_id)
+        self._rt = cupy.cuda.runtime
+        self.ptr = self._rt.hostAlloc(8, 1 | 2)  # portable | mapped: the GPU reads it at ptr
+        self._word = ctypes.c_int64.from_address(self.ptr)
+        self._word.value = 0
+        self._value = 0
+
+    @contextlib.contextmanager
+    def held(self, stream: Any) -> Iterator[None]:
+        """Work enqueued on ``stream`` inside the block starts once it ends (also by error)."""
+        self._value += 1
+        self._ops.wait_geq(stream.ptr, self.ptr, self._value)
+        try:
+            yield
+        finally:
+            self._word.value = self._value
+
+    def close(self) -> None:
+        if self.ptr:
+            self._word.value = self._value  # nothing may wait on it any more
+            self._rt.freeHost(self.ptr)
+            self.ptr = 0
+
+
+class NoGate:
+    """Stands in for :class:`Gate` where stream memory operations are unavailable."""
+
+    @contextlib.contextmanager
+    def held(self, stream: Any) -> Iterator[None]:
+        yield
+
+    def close(self) -> None:
+        pass
+
+
+class GpuTimeline:
+    """The GEMM stream and the allreduce stream (both non-blocking: neither waits for the
+    other unless told), a pool of timing events, and the start gate of the GEMM stream."""
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.compute = cupy.cuda.Stream(non_blocking=True)
+        self.ar = cupy.cuda.Stream(non_blocking=True)
+        self._events: list[Any] = []
+        self._torch_ar: Any = None  # torch's view of the allreduce stream, once needed
+        self.gate: Gate | NoGate
+        self.gate_note = ""
+        try:
+            self.gate = Gate(cupy.cuda.Device().id)
+        except Exception as err:  # noqa: BLE001 - time without the gate, and say so
+            self.gate = NoGate()
+            self.gate_note = f"no start gate ({type(err).__name__}: {err})"
+
+    @contextlib.contextmanager
+    def _on_ar(self) -> Iterator[None]:
+        """The allreduce stream current for CuPy, and for torch where it runs: mpiring orders a
+        call on torch tensors (``-d bfloat16``) on torch's current stream."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self.ar)
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_initialized():
+                if self._torch_ar is None:
+                    self._torch_ar = torch.cuda.ExternalStream(self.ar.ptr,
+                                                               device=self.cp.cuda.Device().id)
+                stack.enter_context(torch.cuda.stream(self._torch_ar))
+            yield
+
+    def _marks(self, count: int) -> list[Any]:
+        while len(self._events) < count:
+            self._events.append(self.cp.cuda.Event())
+        return self._events[:count]
+
+    def _seconds(self, begin: Any, end: Any) -> float:
+        return float(self.cp.cuda.get_elapsed_time(begin, end)) / 1e3
+
+    def _enqueue_gemms(self, load: Load, marks: Sequence[Any]) -> None:
+        """One GEMM between each pair of consecutive ``marks`` (events) on the GEMM stream."""
+        stream = self.compute
+        marks[0].record(stream)
+        with load.on(stream):
+            for mark in marks[1:]:
+                load.gemm()
+                mark.record(stream)
+
+    def synchronize(self) -> None:
+        self.cp.cuda.Device().synchronize()
+
+    def calibrate(self, load: Load, warmup: int = 2) -> float:
+        """Seconds per GEMM alone, after a warm-up on the GEMM stream (cuBLAS's set-up)."""
+        self.gemms_alone(load, warmup)
+        self.synchronize()
+        return self.gemms_alone(load, GEMMS_ALONE)
+
+    def gemms_alone(self, load: Load, n: int) -> float:
+        begin, end = self._marks(2)
+        with self.gate.held(self.compute):
+            begin.record(self.compute)
+            with load.on(self.compute):
+                for _ in range(n):
+                    load.gemm()
+            end.record(self.compute)
+        end.synchronize()
+        return self._seconds(begin, end) / n
+
+    def calls_alone(self, call: Call, k: int) -> float:
+        begin, end = self._marks(2)
+        with self._on_ar():
+            begin.record(self.ar)
+            for _ in range(k):
+                call()
+            end.record(self.ar)
+        end.synchronize()
+        return self._seconds(begin, end) / k
+
+    def beside(self, load: Load, call: Call, k: int, n: int) -> tuple[list[float], float, float]:
+        """Enqueue ``n`` GEMMs, then run ``k`` calls: the GEMM marks and the loop's start and
+        end, in seconds after the first mark (the slowdowns; no gate: see overlap.py)."""
+        marks = self._marks(n + 3)
+        gemm_marks, a0, a1 = marks[:n + 1], marks[n + 1], marks[n + 2]
+        self._enqueue_gemms(load, gemm_marks)
+        with self._on_ar():
+            a0.record(self.ar)
+            for _ in range(k):
+                call()
+            a1.record(self.ar)
+        a1.synchronize()
+        gemm_marks[-1].synchronize()
+        first = gemm_marks[0]
+        return ([self._seconds(first, m) for m in gemm_marks], self._seconds(first, a0),
+                self._seconds(first, a1))
+
+    def together(self, load: Load, call: Call, k: int, g: int, after: int) -> tuple[float, float]:
+        """``g`` GEMMs behind the start event S (gated until all are enqueued) and ``k`` calls
+        that wait for S, or for the end of GEMM ``after``: when each stream ended, after S."""
+        start, ready, gemm_end, ar_end = self._marks(4)
+        compute, ar = self.compute, self.ar
+        with self.gate.held(compute):
+            start.record(compute)
+            with load.on(compute):
+                for i in range(g):
+                    if i == after:
+                        ready.record(compute)
+                    load.gemm()
+            if g <= after:  # never so (overlap.gemm_count): the calls then wait for them all
+                ready.record(compute)
+            gemm_end.record(compute)
+            ar.wait_event(ready)
+        with self._on_ar():
+            for _ in range(k):
+                call()
+            ar_end.record(ar)
+        ar_end.synchronize()
+        gemm_end.synchronize()
+        return self._seconds(start, gemm_end), self._seconds(start, ar_end)
+
+    def close(self) -> None:
+        self.synchronize()
+        self.gate.close()
+
+
+def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int) -> Shape:
+    """Collective: one workload shape's load, calibrated (the slowest rank's GEMM time)."""
+    note = ""
+    if name == GEMM:
+        load: Load = agree(world, lambda: CupyGemm(size, seed))
+    else:
+        bf16 = all(agree(world, torch_usable, share=True))
+        load = agree(world, lambda: TorchGemm(size, seed) if bf16 else CupyGemm(size, seed))
+        note = "" if bf16 else f" ({NO_BF16})"
+    gemm_s = max(agree(world, lambda: timeline.calibrate(load), share=True))
+    flag = "--gemm-size" if name == GEMM else "--train-gemm-size"
+    if gemm_s < MIN_GEMM_S:
+        raise BenchError(f"a {size}x{size} GEMM of --overlap {name} takes {gemm_s * 1e6:.1f} us, "
+                         f"under {MIN_GEMM_S * 1e6:.0f} us: launches, not the GPU, would set "
+                         f"its pace; use a larger {flag}")
+    if name == GEMM:
+        return Shape(GEMM, load, gemm_s, after=0, window_gemms=MIN_WINDOW_GEMMS, slowdowns=True,
+                     label=describe(load, gemm_s) + "; the allreduce starts with the first")
+    return Shape(TRAIN, load, gemm_s, after=TRAIN_AFTER, window_gemms=TRAIN_WINDOW_GEMMS,
+                 label=describe(load, gemm_s) + note + "; the allreduce starts after the first")
+
+
+def set_up(world: Any, shapes: Sequence[str], gemm_size: int, train_size: int, seed: int,
+           reps: int) -> OverlapMeasurer:
+    """Collective: the timeline, each shape's load, calibrated, and the measurer; raises
+    :class:`~mpiring.bench.measure.StageFailed` (a rank failed) or :class:`BenchError` (a GEMM
+    too small to time) on every rank alike."""
+    timeline = agree(world, GpuTimeline)
+    sizes = {GEMM: gemm_size, TRAIN: train_size}
+    try:
+        built = [_shape(world, timeline, name, sizes[name], seed) for name in shapes]
+    except BaseException:
+        timeline.close()
+        raise
+    measurer = OverlapMeasurer(world, timeline, built, reps)
+    if timeline.gate_note:
+        measurer.note = timeline.gate_note
+    return measurer
