@@ -65,6 +65,8 @@ class Result:
     fold_alone_p90_us: float
     fold_beside_us: float
     fold_beside_p90_us: float
+    fold_beside_p99_us: float
+    fold_beside_max_us: float
     slowdown: float  # median beside / median alone
     gemm_slowdown: float  # GEMM time beside the folds / alone
 
@@ -203,20 +205,21 @@ def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int
         gemm_beside = statistics.median(gemm_times[:max(1, count // 2)])  # the GEMMs the folds overlapped
         _check(d.cuStreamDestroy(stream))
         med_alone, med_beside = statistics.median(alone_us), statistics.median(beside_us)
-        results.append(Result(variant.label, med_alone, _p90(alone_us), med_beside, _p90(beside_us),
+        results.append(Result(variant.label, med_alone, _quantile(alone_us, 0.9), med_beside,
+                              _quantile(beside_us, 0.9), _quantile(beside_us, 0.99), max(beside_us),
                               med_beside / med_alone, gemm_beside / gemm_alone))
     return results
 
 
-def _p90(values: list[float]) -> float:
+def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def default_variants(sms: int) -> list[Variant]:
     big = 4 * sms  # what the ring's fold launches at most
-    out = [Variant(big), Variant(16), Variant(big, True), Variant(16, True)]
-    out += [Variant(16, False, 16), Variant(16, True, 16), Variant(64, True, 32)]
+    out = [Variant(big), Variant(sms), Variant(16), Variant(big, True), Variant(16, True)]
+    out += [Variant(16, False, 16), Variant(16, True, 16), Variant(64, True, 32), Variant(big, True, 32)]
     return out
 
 
@@ -240,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {variant.label}: {type(err).__name__}: {err}", file=sys.stderr)
             continue
         r = results[-1]
-        print(f"{r.variant:45s} fold alone {r.fold_alone_us:8.1f} us (p90 {r.fold_alone_p90_us:8.1f})  "
-              f"beside GEMM {r.fold_beside_us:8.1f} us (p90 {r.fold_beside_p90_us:8.1f})  "
-              f"x{r.slowdown:5.2f}   GEMM x{r.gemm_slowdown:5.3f}", flush=True)
+        print(f"{r.variant:45s} alone {r.fold_alone_us:7.1f} us (p90 {r.fold_alone_p90_us:7.1f})  "
+              f"beside GEMM {r.fold_beside_us:7.1f} us (p90 {r.fold_beside_p90_us:7.1f}, p99 "
+              f"{r.fold_beside_p99_us:7.1f}, max {r.fold_beside_max_us:7.1f})  x{r.slowdown:5.2f}  "
+              f"GEMM x{r.gemm_slowdown:5.3f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sms": gpu.sms, "gemm": args.gemm, "mib": args.mib, "folds": args.folds,
