@@ -158,18 +158,12 @@ def make_call(sim, call_s):
     return call
 
 
-def no_driver(device_id):
-    raise RuntimeError("cuDeviceGet failed: no device")
-
-
 @pytest.fixture
 def sim(monkeypatch):
-    from mpiring.bench import loads
 
     s = Sim()
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy(s))
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    monkeypatch.setattr(loads, "Gate", no_driver)  # the real one needs the CUDA driver
     return s
 
 
@@ -177,8 +171,8 @@ def timeline(sim, gate=True):
     from mpiring.bench.loads import GpuTimeline, NoGate
 
     tl = GpuTimeline()
-    assert isinstance(tl.gate, NoGate)  # no driver: timed without the gate, and it says so
-    assert tl.gate_note == "no start gate (RuntimeError: cuDeviceGet failed: no device)"
+    assert isinstance(tl.gate, NoGate)  # timed without a gate (mpiring.bench.loads), and it says so
+    assert tl.gate_note.startswith("no start gate")
     if gate:
         tl.gate, tl.gate_note = Gate(sim), ""
     return tl

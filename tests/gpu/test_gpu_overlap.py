@@ -1,5 +1,5 @@
-"""--overlap's GPU side on a real GPU (skipped without one): the start gate works (stream memory
-operations on pinned host memory), GEMMs run back to back behind it, the calls of the train
+"""--overlap's GPU side on a real GPU (skipped without one): GEMMs run back to back (without a
+start gate: mpiring.bench.loads says why), the calls of the train
 shape wait for the first GEMM, torch's bfloat16 GEMMs run on CuPy's streams, and a whole
 ``--overlap gemm,train`` run fills every column. The same logic over a simulated CUDA is in
 tests/test_bench_loads.py (CPU).
@@ -39,8 +39,8 @@ def timeline():
     tl.close()
 
 
-def test_the_gate_is_there_and_gemms_run_back_to_back(timeline):
-    assert timeline.gate_note == "", timeline.gate_note
+def test_gemms_run_back_to_back(timeline):
+    assert timeline.gate_note.startswith("no start gate")
     load = CupyGemm(4096, seed=1)
     one = timeline.calibrate(load)
     assert 20e-6 < one < 0.1
