@@ -84,7 +84,7 @@ def test_an_overlap_run_fills_every_column():
     tmp = tempfile.TemporaryDirectory() if WORLD.rank == 0 else None
     out = Path(WORLD.bcast(tmp.name if tmp else None, root=0))
     status = main(["-b", "1M", "-e", "4M", "-f", "4", "--algo", "nccl,ring,twoshot",
-                   "--overlap", "gemm,train", "--gemm-size", "4096", "--train-gemm-size", "2048",
+                   "--overlap", "gemm,train", "--gemm-size", "4096", "--train-gemm-size", "4096",
                    "--reps", "2", "--time-budget", "0.02", "--output-dir", str(out), "--name", "ov",
                    "--progress", "off"])
     WORLD.Barrier()
