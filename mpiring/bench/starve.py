@@ -3,8 +3,10 @@
 Issue 14's first question. Beside a continuously running GEMM the ring's own time grows
 3-10x: its copies run on copy engines, but every step's fold (``out = in + slot``) is a
 kernel that needs SMs, and a cuBLAS GEMM holds them. Which lever gets a small kernel onto the
-SMs quickly: fewer blocks, a higher stream priority, or an SM partition of its own (a green
-context, CUDA 12.4+)? This measures each, on one GPU, with no MPI:
+SMs quickly: fewer blocks, a higher stream priority, an SM partition of its own (a green
+context, CUDA 12.4+), or a GEMM told to leave SMs free (``cublasSetSmCountTarget``, what
+torch's SM carve-out does: that one is the user's to set, not mpiring's)? This measures each,
+on one GPU, with no MPI:
 
   the fold    ``out[i] = a[i] + b[i]`` over float32 (``--mib`` per operand, default 16 MiB: one
               ring chunk of a 64 MiB allreduce on 2-4 GPUs), 256 threads a block, ``grid``
@@ -26,6 +28,7 @@ several ranks; ``bench --overlap`` measures the ring itself.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import statistics
 import sys
@@ -46,16 +49,19 @@ extern "C" __global__ void fold(float4* out, const float4* a, const float4* b, l
 @dataclass(frozen=True)
 class Variant:
     """Where and how the fold runs: ``grid`` blocks on a stream of the primary context or of a
-    green context of ``green_sms`` SMs (0: none), at the highest priority or the default."""
+    green context of ``green_sms`` SMs (0: none), at the highest priority or the default; and
+    how many SMs cuBLAS plans the GEMM for (``gemm_sms``; 0: all)."""
 
     grid: int
     high_priority: bool = False
     green_sms: int = 0
+    gemm_sms: int = 0
 
     @property
     def label(self) -> str:
         where = f"green {self.green_sms} SMs" if self.green_sms else "primary"
-        return f"grid {self.grid:4d}, {'high' if self.high_priority else 'default'} priority, {where}"
+        gemm = f", GEMM on {self.gemm_sms} SMs" if self.gemm_sms else ""
+        return f"grid {self.grid:4d}, {'high' if self.high_priority else 'default'} priority, {where}{gemm}"
 
 
 @dataclass
@@ -68,7 +74,7 @@ class Result:
     fold_beside_p99_us: float
     fold_beside_max_us: float
     slowdown: float  # median beside / median alone
-    gemm_slowdown: float  # GEMM time beside the folds / alone
+    gemm_slowdown: float  # GEMM time beside the folds / alone on every SM
 
 
 def _check(result: tuple) -> tuple:
@@ -162,6 +168,18 @@ class Gpu:
         return _check(self.d.cuEventElapsedTime(start, end))[0] * 1e3
 
 
+def set_gemm_sms(count: int) -> None:
+    """Plan CuPy's cuBLAS GEMMs of this thread for ``count`` SMs (0: all), through the very
+    ``libcublas`` CuPy loaded (CuPy does not wrap ``cublasSetSmCountTarget``)."""
+    import cupy
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    lib = ctypes.CDLL(f"libcublas.so.{cupy.cuda.runtime.runtimeGetVersion() // 1000}")
+    status = lib.cublasSetSmCountTarget(ctypes.c_void_p(handle), ctypes.c_int(count))
+    if status != 0:
+        raise RuntimeError(f"cublasSetSmCountTarget({count}) returned {status}")
+
+
 def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int) -> list[Result]:
     """Every variant's fold alone and beside the GEMM, and the GEMM beside it."""
     cupy, np, d = gpu.cupy, gpu.np, gpu.d
@@ -197,9 +215,13 @@ def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int
         gpu.folds(stream, variant.grid, params.ctypes.data, marks)  # warm-up (module load, clocks)
         alone_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
         count = max(4, int(2 * statistics.median(alone_us) * folds / gemm_alone) + 4)
-        beside_marks = gemms(count)  # the GEMMs are queued first: the folds arrive while they run
-        beside_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
-        gemm_stream.synchronize()
+        set_gemm_sms(variant.gemm_sms)
+        try:
+            beside_marks = gemms(count)  # the GEMMs are queued first: the folds arrive while they run
+            beside_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
+            gemm_stream.synchronize()
+        finally:
+            set_gemm_sms(0)
         gemm_times = [cupy.cuda.get_elapsed_time(beside_marks[k], beside_marks[k + 1]) * 1e3
                       for k in range(count)]
         gemm_beside = statistics.median(gemm_times[:max(1, count // 2)])  # the GEMMs the folds overlapped
@@ -220,6 +242,8 @@ def default_variants(sms: int) -> list[Variant]:
     big = 4 * sms  # what the ring's fold launches at most
     out = [Variant(big), Variant(sms), Variant(16), Variant(big, True), Variant(16, True)]
     out += [Variant(16, False, 16), Variant(16, True, 16), Variant(64, True, 32), Variant(big, True, 32)]
+    out += [Variant(big, False, 0, sms - 16), Variant(64, False, 0, sms - 16),
+            Variant(16, True, 16, sms - 16), Variant(big, False, 0, sms - 32)]
     return out
 
 
@@ -230,9 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=int, default=16, help="MiB per fold operand")
     parser.add_argument("--folds", type=int, default=200, help="folds timed per variant and setting")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--match", default="", help="only the variants whose label holds this text")
     args = parser.parse_args(argv)
     gpu = Gpu()
-    variants = default_variants(gpu.sms)
+    variants = [v for v in default_variants(gpu.sms) if args.match in v.label]
     print(f"# {gpu.sms} SMs; GEMM {args.gemm}^2 float16 (cuBLAS); fold {args.mib} MiB per operand, "
           f"{THREADS} threads a block; stream priorities {gpu.lowest}..{gpu.highest}")
     results = []
