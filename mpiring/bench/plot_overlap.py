@@ -107,6 +107,7 @@ def _makespan_column(ax_t: Any, ax_e: Any, rows: list[Row], shape: str, what: st
                    + ("\n" + textwrap.fill(f"({what})", 95) if what else ""), fontsize=10)
     ax_t.set_yscale("log")
     ax_t.yaxis.set_major_formatter(FuncFormatter(time_label))
+    ax_t.yaxis.set_minor_formatter(FuncFormatter(time_label))  # spans under a decade: minor ticks
     ax_t.set_ylabel("time of the fixed work (GEMMs and calls)")
     ax_e.set_title("overlap efficiency (T_gemm + T_ar \u2212 T_both) / min(T_gemm, T_ar)",
                    fontsize=10)
