@@ -159,6 +159,7 @@ class Options:
     timing: str = "eager"
     gemm_size: int = DEFAULT_GEMM_SIZE
     train_gemm_size: int = DEFAULT_TRAIN_GEMM_SIZE
+    gemm_sms: int = 0  # SMs the --overlap GEMMs are planned for (0: all)
     gpu: bool = False  # --gpu: GPUs required
     graph_launches: int = 1  # -G N: launches of the captured graph per timed repetition
     average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
@@ -261,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the matmuls of --overlap train: N x N by N x N, bfloat16 through "
                         f"torch (float16 through CuPy where torch cannot run, and the banner "
                         f"says so; default {DEFAULT_TRAIN_GEMM_SIZE})")
+    g.add_argument("--gemm-sms", type=int_at_least(0), default=0, metavar="N",
+                   help="plan the --overlap GEMMs for N SMs (cublasSetSmCountTarget: the SMs the "
+                        "allreduce gets beside compute are the compute's to leave free; see "
+                        "mpiring/bench/carveout.py); default 0: every SM")
 
     g = p.add_argument_group("timing")
     g.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
@@ -357,7 +362,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         output_dir=ns.output_dir, name=name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
         argv=tuple(args_list), overlap=overlap, gemm_size=ns.gemm_size,
-        train_gemm_size=ns.train_gemm_size,
+        train_gemm_size=ns.train_gemm_size, gemm_sms=ns.gemm_sms,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
         baseline=ns.baseline,

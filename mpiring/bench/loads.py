@@ -53,7 +53,9 @@ class Load(Protocol):
 def describe(load: Load, gemm_s: float) -> str:
     """``8192x8192 float16 GEMMs (CuPy), 1.70 ms each alone (647 TFLOP/s)``."""
     rate = 2 * load.size**3 / gemm_s / 1e12
-    return (f"{load.size}x{load.size} {load.dtype} GEMMs ({load.backend}), "
+    sms = getattr(load, "sms", 0)
+    planned = f", planned for {sms} SMs (--gemm-sms)" if sms else ""
+    return (f"{load.size}x{load.size} {load.dtype} GEMMs ({load.backend}{planned}), "
             f"{gemm_s * 1e3:.3g} ms each alone ({rate:.0f} TFLOP/s)")
 
 
@@ -62,11 +64,15 @@ class CupyGemm:
 
     backend = "CuPy"
 
-    def __init__(self, size: int, seed: int = 0, dtype: str = "float16") -> None:
+    def __init__(self, size: int, seed: int = 0, dtype: str = "float16", sms: int = 0) -> None:
         import cupy
 
+        from .carveout import cupy_gemms_on
+
         self.cp = cupy
-        self.size, self.dtype = size, dtype
+        self.size, self.dtype, self.sms = size, dtype, sms
+        if sms:  # CuPy's handle of this thread: every GEMM of the run (0: cuBLAS's default)
+            cupy_gemms_on(sms)
         rng = cupy.random.RandomState(seed)
         self.a = rng.standard_normal((size, size), dtype=cupy.float32).astype(dtype)
         self.b = rng.standard_normal((size, size), dtype=cupy.float32).astype(dtype)
@@ -85,14 +91,18 @@ class TorchGemm:
 
     backend = "torch"
 
-    def __init__(self, size: int, seed: int = 0, dtype: str = "bfloat16") -> None:
+    def __init__(self, size: int, seed: int = 0, dtype: str = "bfloat16", sms: int = 0) -> None:
         import cupy
         import torch
 
+        from .carveout import torch_gemms_on
+
         self.torch = torch
-        self.size, self.dtype = size, dtype
+        self.size, self.dtype, self.sms = size, dtype, sms
         self.device = torch.device("cuda", cupy.cuda.Device().id)
         torch.cuda.set_device(self.device)
+        if sms:  # torch's current handle (0: cuBLAS's default)
+            torch_gemms_on(sms)
         gen = torch.Generator(device=self.device)
         gen.manual_seed(seed)
         kind = getattr(torch, dtype)
@@ -256,14 +266,15 @@ class GpuTimeline:
         self.gate.close()
 
 
-def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int) -> Shape:
-    """Collective: one workload shape's load, calibrated (the slowest rank's GEMM time)."""
+def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int, sms: int = 0) -> Shape:
+    """Collective: one workload shape's load, calibrated (the slowest rank's GEMM time);
+    ``sms``: the SMs its GEMMs are planned for (0: all; :mod:`mpiring.bench.carveout`)."""
     note = ""
     if name == GEMM:
-        load: Load = agree(world, lambda: CupyGemm(size, seed))
+        load: Load = agree(world, lambda: CupyGemm(size, seed, sms=sms))
     else:
         bf16 = all(agree(world, torch_usable, share=True))
-        load = agree(world, lambda: TorchGemm(size, seed) if bf16 else CupyGemm(size, seed))
+        load = agree(world, lambda: TorchGemm(size, seed, sms=sms) if bf16 else CupyGemm(size, seed, sms=sms))
         note = "" if bf16 else f" ({NO_BF16})"
     gemm_s = max(agree(world, lambda: timeline.calibrate(load), share=True))
     flag = "--gemm-size" if name == GEMM else "--train-gemm-size"
@@ -279,14 +290,14 @@ def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int) -
 
 
 def set_up(world: Any, shapes: Sequence[str], gemm_size: int, train_size: int, seed: int,
-           reps: int) -> OverlapMeasurer:
+           reps: int, gemm_sms: int = 0) -> OverlapMeasurer:
     """Collective: the timeline, each shape's load, calibrated, and the measurer; raises
     :class:`~mpiring.bench.measure.StageFailed` (a rank failed) or :class:`BenchError` (a GEMM
     too small to time) on every rank alike."""
     timeline = agree(world, GpuTimeline)
     sizes = {GEMM: gemm_size, TRAIN: train_size}
     try:
-        built = [_shape(world, timeline, name, sizes[name], seed) for name in shapes]
+        built = [_shape(world, timeline, name, sizes[name], seed, gemm_sms) for name in shapes]
     except BaseException:
         timeline.close()
         raise

@@ -231,7 +231,7 @@ def _set_up_overlap(sw: Sweep) -> None:
     opts = sw.opts
     try:
         sw.overlap = set_up(sw.world, opts.overlap_shapes, opts.gemm_size, opts.train_gemm_size,
-                            opts.seed + sw.rank, opts.reps)
+                            opts.seed + sw.rank, opts.reps, opts.gemm_sms)
     except StageFailed as err:
         sw.close()
         raise BenchError(f"cannot set up the GEMMs of --overlap {opts.overlap} (--gemm-size "

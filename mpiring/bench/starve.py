@@ -28,11 +28,12 @@ several ranks; ``bench --overlap`` measures the ring itself.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass
+
+from .carveout import cupy_gemms_on
 
 THREADS = 256
 SOURCE = r"""
@@ -168,18 +169,6 @@ class Gpu:
         return _check(self.d.cuEventElapsedTime(start, end))[0] * 1e3
 
 
-def set_gemm_sms(count: int) -> None:
-    """Plan CuPy's cuBLAS GEMMs of this thread for ``count`` SMs (0: all), through the very
-    ``libcublas`` CuPy loaded (CuPy does not wrap ``cublasSetSmCountTarget``)."""
-    import cupy
-
-    handle = cupy.cuda.device.get_cublas_handle()
-    lib = ctypes.CDLL(f"libcublas.so.{cupy.cuda.runtime.runtimeGetVersion() // 1000}")
-    status = lib.cublasSetSmCountTarget(ctypes.c_void_p(handle), ctypes.c_int(count))
-    if status != 0:
-        raise RuntimeError(f"cublasSetSmCountTarget({count}) returned {status}")
-
-
 def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int) -> list[Result]:
     """Every variant's fold alone and beside the GEMM, and the GEMM beside it."""
     cupy, np, d = gpu.cupy, gpu.np, gpu.d
@@ -215,13 +204,13 @@ def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int
         gpu.folds(stream, variant.grid, params.ctypes.data, marks)  # warm-up (module load, clocks)
         alone_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
         count = max(4, int(2 * statistics.median(alone_us) * folds / gemm_alone) + 4)
-        set_gemm_sms(variant.gemm_sms)
+        cupy_gemms_on(variant.gemm_sms)
         try:
             beside_marks = gemms(count)  # the GEMMs are queued first: the folds arrive while they run
             beside_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
             gemm_stream.synchronize()
         finally:
-            set_gemm_sms(0)
+            cupy_gemms_on(0)
         gemm_times = [cupy.cuda.get_elapsed_time(beside_marks[k], beside_marks[k + 1]) * 1e3
                       for k in range(count)]
         gemm_beside = statistics.median(gemm_times[:max(1, count // 2)])  # the GEMMs the folds overlapped
