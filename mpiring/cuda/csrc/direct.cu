@@ -83,22 +83,6 @@ template <class S> __device__ __forceinline__ void store_word(S* p, long long w,
   for (int k = 0; k < V && i0 + k < len; ++k) p[i0 + k] = e[k];
 }
 
-template <class T> struct Pack {             // the elements of one word, widened
-  typedef typename T::S S; typedef typename T::A A;
-  enum { V = 16 / sizeof(S) };
-  A a[V];
-  __device__ __forceinline__ void load(uint4 u) { const S* p = (const S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = T::ld(p[k]); }
-  template <class Op> __device__ __forceinline__ void fold(uint4 u) { const S* p = (const S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = Op::f(a[k], T::ld(p[k])); }
-  __device__ __forceinline__ uint4 store() const { uint4 u; S* p = (S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) p[k] = T::st(a[k]);
-    return u; }
-};
-
 #define GRID_THREAD const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long long)gridDim.x * blockDim.x
 
 // dst[0:len] = src[0:len], word by word.
@@ -138,7 +122,7 @@ __device__ __forceinline__ void reduce_range(typename T::S* out, bool vec, const
     for (int h = 0; h < 2; ++h) {
       const long long k = w + h * stride;
       if (k >= nw) break;
-      Pack<T> acc; acc.load(u[h][0]);
+      Pack<T, uint4> acc; acc.load(u[h][0]);
 #pragma unroll
       for (int r = 1; r < MAXR; ++r) if (r < n) acc.template fold<Op>(u[h][r]);
       const uint4 res = acc.store();

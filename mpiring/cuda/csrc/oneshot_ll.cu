@@ -82,22 +82,6 @@ template <class S> __device__ __forceinline__ void store8(S* p, long long l, lon
   for (int k = 0; k < V && i0 + k < len; ++k) p[i0 + k] = e[k];
 }
 
-template <class T> struct Pack8 {            // the elements of one line's payload, widened
-  typedef typename T::S S; typedef typename T::A A;
-  enum { V = 8 / sizeof(S) };
-  A a[V];
-  __device__ __forceinline__ void load(u64 u) { const S* p = (const S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = T::ld(p[k]); }
-  template <class Op> __device__ __forceinline__ void fold(u64 u) { const S* p = (const S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) a[k] = Op::f(a[k], T::ld(p[k])); }
-  __device__ __forceinline__ u64 store() const { u64 u; S* p = (S*)&u;
-#pragma unroll
-    for (int k = 0; k < V; ++k) p[k] = T::st(a[k]);
-    return u; }
-};
-
 template <class T, class Op>
 __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in, typename T::S* out, long long n,
                                                   const Ctl* __restrict__ c, int vec, u64 desc) {
@@ -145,7 +129,7 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
   for (int k = 0; k < LL_LINES; ++k) {
     const long long l = first + (long long)k * LL_THREADS;
     if (l >= lines) break;
-    Pack8<T> acc;
+    Pack<T, u64> acc;  // a line's 8 payload bytes, widened
     for (int r = 0; r < size; ++r) {
       const u64 v = (r == me) ? mine[k] : wait_line(c, line_of(c, me, par, r, l), flag, r, call, &since, &stop);
       if (stop) return;

@@ -41,4 +41,22 @@ struct Prod { template <class A> static __device__ __forceinline__ A f(A a, A b)
 struct Max  { template <class A> static __device__ __forceinline__ A f(A a, A b) { return (a > b || a != a) ? a : b; } };
 struct Min  { template <class A> static __device__ __forceinline__ A f(A a, A b) { return (a < b || a != a) ? a : b; } };
 
+// The elements of one word W (a 16-byte uint4 in direct.cu, a line's 8 payload bytes in
+// oneshot_ll.cu), widened to T's arithmetic type: load, fold in more words with Op, store.
+template <class T, class W> struct Pack {
+  typedef typename T::S S; typedef typename T::A A;
+  enum { V = sizeof(W) / sizeof(S) };
+  A a[V];
+  __device__ __forceinline__ void load(W u) { const S* p = (const S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = T::ld(p[k]); }
+  template <class Op> __device__ __forceinline__ void fold(W u) { const S* p = (const S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a[k] = Op::f(a[k], T::ld(p[k])); }
+  __device__ __forceinline__ W store() const { W u; S* p = (S*)&u;
+#pragma unroll
+    for (int k = 0; k < V; ++k) p[k] = T::st(a[k]);
+    return u; }
+};
+
 #endif  // MPIRING_TYPES_CUH
