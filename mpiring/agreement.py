@@ -35,7 +35,7 @@ sends to a missing rank stay queued for it, on the caller's communicator.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from mpi4py import MPI
@@ -182,9 +182,7 @@ class AgreementCheck:
                  board_ranks: Sequence[int] | None = None, use_board: bool = True) -> None:
         self.comm = comm
         # How each field's wire code reads in an error ("float32", not "dtype 2").
-        self.names: dict[str, Callable[[int], str]] = {
-            "dtype": dtype_name, "op": _op_name, "memory": _memory_name,
-            "batches": lambda b: str(b) if b else "default"}
+        self.names: dict[str, Callable[[int], str]] = dict(FIELD_NAMES)
         if algorithm_name is not None:
             self.names["algorithm"] = algorithm_name
         if collective_name is not None:
@@ -315,12 +313,13 @@ class AgreementCheck:
         return f"{head}: {len(absent)} of {of} did not call allreduce ({where})"
 
 
-def describe_field(name: str, code: int, extra: Mapping[str, Callable[[int], str]] | None = None) -> str:
+def describe_field(name: str, code: int) -> str:
     """How a descriptor field's wire code reads in an error ("float32", not "dtype 2")."""
-    say = {"dtype": dtype_name, "op": _op_name, "memory": _memory_name,
-           "collective": lambda c: {1: "allreduce", 2: "Reduce_scatter_block", 3: "Allgather"}.get(c, str(c)),
-           **(extra or {})}.get(name, str)
-    return say(code)
+    return FIELD_NAMES.get(name, str)(code)
+
+
+def _batches_name(code: int) -> str:
+    return str(code) if code else "default"
 
 
 def _op_name(code: int) -> str:
@@ -329,3 +328,9 @@ def _op_name(code: int) -> str:
 
 def _memory_name(code: int) -> str:
     return {0: "host", 1: "GPU"}.get(code, f"memory code {code}")
+
+
+# How each field's wire code reads in an error (read at call time, so defined after its helpers);
+# an AgreementCheck adds the algorithm and collective names it is given.
+FIELD_NAMES: dict[str, Callable[[int], str]] = {
+    "dtype": dtype_name, "op": _op_name, "memory": _memory_name, "batches": _batches_name}
