@@ -28,9 +28,10 @@ trap stop EXIT
 [[ " ${extra[*]} " == *" -x "* ]] && extra+=(-x MPIRING_DIRECT_BLOCKS)
 for n in "${ranks[@]}"; do
   # oneshot/twoshot meet block b of every rank at flag barriers, so every rank's grid must be
-  # resident at once: 2 x 128 blocks of 512 threads fit on one H200, 4 x 128 did not seem to
-  # (the 4-rank suite failed in a cascade after a timeout; not yet re-run with this setting).
-  export MPIRING_DIRECT_BLOCKS=${MPIRING_DIRECT_BLOCKS_SHARED:-$(( n > 2 ? 256 / n : 128 ))}
+  # resident at once: 2 x 128 blocks of 512 threads fit on one H200; at 3 ranks 3 x 85 did not
+  # (a barrier timed out), so above 2 ranks the ranks split 128 blocks (one per SM, whatever
+  # the kernels' registers).
+  export MPIRING_DIRECT_BLOCKS=${MPIRING_DIRECT_BLOCKS_SHARED:-$(( n > 2 ? 128 / n : 128 ))}
   echo "== GPU tests on $n ranks sharing one GPU (MPS), MPIRING_DIRECT_BLOCKS=$MPIRING_DIRECT_BLOCKS"
   run "$n" "$PY" -m pytest -q -p no:cacheprovider --with-mpi "${args[@]}"
 done

@@ -11,12 +11,19 @@ Each call (:class:`AgreementCheck`) compares one descriptor per rank: a rejectio
 rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (``FIELDS``).
 
 * **One node** (every rank of the communicator shares the node's control board): each rank
-  writes its descriptor into its board line ``AGREE[k % 2]`` for check ``k``, then posts
-  ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible before
-  the count); it waits, bounded, until every rank's count reaches ``k``, fences, and reads
-  every descriptor. No MPI call: what it costs is mostly the wait for the slowest rank. Two
-  lines suffice: a rank writes line ``k % 2`` again only at check ``k + 2``, after it saw
-  every rank post ``k + 1``, which each rank does only after it finished reading check ``k``.
+  writes its descriptor into its board line ``AGREE[k % D]`` (``D = 4``) for check ``k``, then
+  posts ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible
+  before the count); it waits, bounded, until every rank's count reaches ``k``, fences, and
+  reads every descriptor. No MPI call: what it costs is mostly the wait for the slowest rank.
+  Reuse: before a rank writes line ``k % D`` it waits until every rank posted ``k - D + 1``,
+  which each rank does only after it finished reading check ``k - D`` (the line's last use).
+* **Calls checked on the GPU** (one node, a row with ``gpu_check``, :meth:`AgreementCheck.post`):
+  the rank writes and posts its descriptor as above but does not wait for the others: its
+  kernels compare descriptors on the GPU (``csrc/agree.cuh``). The board still matters: a
+  rank whose own row checks on the host (or that rejected its arguments) reads the
+  descriptors, and if it finds the ranks disagree while some peer's row checks on the GPU, it
+  launches a *notice* (``notify``) so that the peer's kernel skips the call instead of waiting
+  for it. The reuse rule above bounds how far a rank can run ahead (``D - 1`` calls).
 * **Several nodes**: one nonblocking ``MPI_Iallreduce`` of a few int64s, polled until done
   or the timeout. Each rank contributes, for every field, ``(value, -value)``; a MAX
   reduction then yields the largest and (negated) smallest value of every field at once.
@@ -40,6 +47,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from mpi4py import MPI
 
+from . import descriptor
+from .buffers import Memory
+from .descriptor import Descriptor
 from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 from .ops import Op, dtype_name
 from .signals import AGREE, CALLS, SharedBoard, Waiter
@@ -173,14 +183,21 @@ class AgreementCheck:
             numbers); a board covers one node, so on several nodes it names only this node's.
         use_board: compare the descriptors in ``board`` when it holds every rank (one node)
             and the check is bounded; False: always by MPI (tests compare the two).
+        gpu_codes: the wire codes of the rows whose kernels check on the GPU.
+        notify: called with a notice's descriptor (:mod:`mpiring.descriptor`) when this
+            rank's check finds a problem while some peer's call checks on the GPU.
     """
 
     def __init__(self, comm: MPI.Intracomm, timeout: float | None = None,
                  board: SharedBoard | None = None,
                  algorithm_name: Callable[[int], str] | None = None,
                  collective_name: Callable[[int], str] | None = None,
-                 board_ranks: Sequence[int] | None = None, use_board: bool = True) -> None:
+                 board_ranks: Sequence[int] | None = None, use_board: bool = True,
+                 gpu_codes: frozenset[int] = frozenset(),
+                 notify: Callable[[Descriptor], None] | None = None) -> None:
         self.comm = comm
+        self.gpu_codes, self.notify = gpu_codes, notify
+        self._all_posted = 0  # every rank's count was at least this, last we looked
         # How each field's wire code reads in an error ("float32", not "dtype 2").
         self.names: dict[str, Callable[[int], str]] = dict(FIELD_NAMES)
         if algorithm_name is not None:
@@ -199,6 +216,45 @@ class AgreementCheck:
         if use_board and board is not None and self.waiter is not None and board.size == comm.size:
             self._lines = [[board.lines[r][i] for r in range(board.size)] for i in AGREE]
             self._counts = list(board.counters)
+
+    @property
+    def posts(self) -> bool:
+        """Whether :meth:`post` can stand in for :meth:`run` here (one node, in the board)."""
+        return self._lines is not None
+
+    def post(self, values: dict[str, int]) -> None:
+        """Announce this rank's call, whose kernels check it on the GPU, without waiting for the
+        others (only, bounded, for a rank ``D - 1`` calls behind: see the module docstring)."""
+        self.calls += 1
+        self._write(0, values, None)
+
+    def _write(self, code: int, values: dict[str, int], algorithm: str | None) -> list[int]:
+        """Write this rank's descriptor of check ``self.calls`` into its board line, then post
+        the count (which fences first); returns the descriptor as written."""
+        board, k, counts = self.board, self.calls, self._counts
+        assert board is not None and counts is not None and self._lines is not None
+        last_use = k - len(AGREE) + 1  # every rank must have posted this: then line k % D is free
+        if self._all_posted < last_use:
+            self._wait_all(last_use, algorithm)
+        mine = [code, *(values[name] for name in FIELDS)]
+        self._lines[k % len(AGREE)][board.rank][:] = mine
+        board.post(board.rank, CALLS, k)
+        return mine
+
+    def _wait_all(self, count: int, algorithm: str | None) -> None:
+        """Wait, bounded, until every rank of the board posted ``count``."""
+        counts, waiter = self._counts, self.waiter
+        assert counts is not None and waiter is not None
+        try:
+            waiter.until(lambda: all(row[CALLS] >= count for row in counts), self._absent, hint=CHECK_HINT)
+        except MpiringTimeoutError as err:
+            absent = self._absent_ranks()
+            err.peer = absent[0] if len(absent) == 1 else None
+            where = f"in the agreement check of call {self.calls}"
+            where += f" (algorithm {algorithm})" if algorithm else ""
+            err.locate(where, algorithm=algorithm, step="agreement check", seq=self.calls)
+            raise
+        self._all_posted = min(int(row[CALLS]) for row in counts)  # often ahead: later waits skip
 
     def run(self, rejected: bool, values: dict[str, int], algorithm: str | None = None) -> None:
         """Raise on every rank if any rank rejected its arguments or the ranks disagree.
@@ -243,22 +299,12 @@ class AgreementCheck:
     def _agree_in_board(self, code: int, values: dict[str, int], algorithm: str | None) -> None:
         """The check of one node, in the control board; leaves in ``self._recv`` what the MPI
         reduction would (max of the codes; per field, the largest value and minus the smallest)."""
-        board, waiter, counts, k = self.board, self.waiter, self._counts, self.calls
-        assert board is not None and waiter is not None and counts is not None and self._lines is not None
-        lines = self._lines[k & 1]
-        mine = [code, *(values[name] for name in FIELDS)]
-        lines[board.rank][:] = mine
-        board.post(board.rank, CALLS, k)  # fences first: the descriptor is visible before the count
-        try:
-            waiter.until(lambda: all(row[CALLS] >= k for row in counts), self._absent, hint=CHECK_HINT)
-        except MpiringTimeoutError as err:
-            absent = self._absent_ranks()
-            err.peer = absent[0] if len(absent) == 1 else None
-            where = f"in the agreement check of call {k}" + (f" (algorithm {algorithm})" if algorithm else "")
-            err.locate(where, algorithm=algorithm, step="agreement check", seq=k)
-            raise
+        board, k = self.board, self.calls
+        assert board is not None and self._lines is not None
+        mine = self._write(code, values, algorithm)
+        self._wait_all(k, algorithm)
         board.fence()  # every count seen: now the descriptors they announce
-        rows = [line.tolist() for line in lines]
+        rows = [line.tolist() for line in self._lines[k % len(AGREE)]]
         recv = self._recv
         if all(row == mine for row in rows):  # the common case: everyone agrees
             recv[0] = code
@@ -269,6 +315,12 @@ class AgreementCheck:
         for i in range(len(FIELDS)):
             column = [row[1 + i] for row in rows]
             recv[1 + 2 * i], recv[2 + 2 * i] = max(column), -min(column)
+        # Some rank's kernel may be waiting on the GPU for this rank's part in the call.
+        algo, memory, gpu = 1 + FIELDS.index("algorithm"), 1 + FIELDS.index("memory"), int(Memory.CUDA)
+        if self.notify is not None and any(r != board.rank and row[0] == 0 and row[algo] in self.gpu_codes
+                                           and row[memory] == gpu for r, row in enumerate(rows)):
+            self.notify(descriptor.pack({}, 0, descriptor.REJECTED) if code else
+                        descriptor.pack(values, 0, descriptor.DISAGREED))
 
     def _reduce(self, algorithm: str | None) -> None:
         if self.waiter is None:

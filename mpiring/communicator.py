@@ -30,6 +30,7 @@ from .algorithms import Collective
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
+from .call_check import CallCheck
 from .consensus import REJECTED
 from .control import ControlBoard
 from .cuda.streams import torch_stream
@@ -39,8 +40,6 @@ from .errors import (
     ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
-    PeerArgumentError,
-    RankMismatchError,
     SetupError,
     UnavailableError,
 )
@@ -75,8 +74,14 @@ class Communicator:
             ``"nccl-ring"``, ``"mpi"``).
         batches: mini-batches per call; None picks one by message size.
         slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
-        check: run the cross-rank agreement check on every call (default on;
-            ``MPIRING_CHECK=0`` turns it off).
+        check: the cross-rank agreement check of every call: ``"gpu"`` or True (the default):
+            the kernels of oneshot, twoshot and oneshot-ll compare their peers' call on the GPU,
+            with no host wait (a difference skips the call on every rank, and is raised by
+            :meth:`synchronize` or by a later call, once that call is enqueued); every other
+            row's calls are checked on the host before anything is enqueued. ``"host"``: every
+            call on the host (a debugging aid: errors at the very call). False: off, and a
+            rank that calls differently makes its peers wait until the timeout.
+            ``MPIRING_CHECK`` (``gpu``, ``host``, ``1``, ``0``) sets the default.
         timeout: seconds any wait for a peer may take, on the host or the GPU (default
             ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
         inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
@@ -85,7 +90,7 @@ class Communicator:
 
     def __init__(self, comm: MPI.Intracomm | None = None, *, gpu: bool | None = None,
                  device: int | None = None, algorithm: str = "auto", batches: int | None = None,
-                 slot_bytes: int | None = None, check: bool | None = None,
+                 slot_bytes: int | None = None, check: bool | str | None = None,
                  timeout: float | None = None, inter: str = "auto") -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
@@ -104,6 +109,7 @@ class Communicator:
         except InvalidArgumentError as err:
             opts, rejected, given = Options.fallback(), err, None
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
+        self.check_mode = opts.check_mode
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
@@ -154,12 +160,12 @@ class Communicator:
         self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
         self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
         # After the board: the check counts its calls there, to name missing ranks.
-        self._agreement = AgreementCheck(self.comm, self.timeout, self.board.shared,
-                                         algorithms.name_of_code, lambda c: Collective(c).label,
-                                         groups.node_ranks)
+        agreement = AgreementCheck(self.comm, self.timeout, self.board.shared, algorithms.name_of_code,
+                                   lambda c: Collective(c).label, groups.node_ranks)
+        self._check = CallCheck(agreement, self._fail)
         board = self.board  # every host wait polls the peers' failure marks and the call's deadline
         self._watch.check = lambda: board.check_peers(self.rank)
-        for waiter in (host.waiter, host.transport.waiter, self._agreement.waiter):
+        for waiter in (host.waiter, host.transport.waiter, agreement.waiter):
             if waiter is not None:
                 waiter.watch = self._watch
         here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
@@ -173,6 +179,7 @@ class Communicator:
             from .backends.gpu import GpuBackend
 
             self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
+            self._check.use_gpu(self._gpu, self.check_mode)
         return host
 
     # -- failure state -----------------------------------------------------------------
@@ -215,6 +222,7 @@ class Communicator:
                     self._fail(err)
                     raise
             self._usable()
+            self._check.after()
         finally:
             self._lock.release()
 
@@ -293,13 +301,14 @@ class Communicator:
                 values.update(prepared.values)
             except Exception as err:  # any local failure must reach the peers, or they hang
                 rejected = err
+            gpu_check = rejected is None and prepared.row.gpu_check
             if self.check and self.size > 1:  # one rank has no one to disagree with
-                self._agree(rejected is not None, values)
+                self._check.before(rejected is not None, values, gpu_check)
             if rejected is not None:
                 raise rejected
             call = prepared.call
-            if call.recv.count == 0:
-                return
+            if call.recv.count == 0 and not gpu_check:  # (a GPU-checked call of 0 elements
+                return  # still meets its peers, who may have been passed more)
             try:
                 prepared.run(prepared.backend, call)
             except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
@@ -307,16 +316,7 @@ class Communicator:
                 raise
         finally:
             self._watch.deadline = None
-
-    def _agree(self, rejected: bool, values: dict[str, int]) -> None:
-        """The agreement check; a timeout fails the communicator (its allreduce stays pending)."""
-        try:
-            self._agreement.run(rejected, values, algorithms.name_of_code(values["algorithm"]))
-        except (PeerArgumentError, RankMismatchError):  # every rank raises alike: still usable
-            raise
-        except BaseException as err:  # a timeout, a failed peer, Ctrl-C: its allreduce stays pending
-            self._fail(err)
-            raise
+        self._check.after()  # after this call is enqueued: what the GPU check found earlier
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
                   batches: int | None = None) -> Any:
@@ -328,8 +328,8 @@ class Communicator:
             try:
                 out = empty_like(x)
             except Exception:
-                if self.check:  # reject on every rank, as Allreduce does, instead of hanging peers
-                    self._agree(True, dict.fromkeys(FIELDS, 0))
+                if self.check and self.size > 1:  # reject on every rank, as Allreduce does
+                    self._check.reject()
                 raise
             self._run(Collective.ALLREDUCE, x, out, op, algorithm, batches)
             return out
@@ -397,3 +397,4 @@ class Communicator:
         state = "closed" if self._closed else ("failed" if self._failed else "open")
         where = f"{getattr(self, 'rank', '?')}/{getattr(self, 'size', '?')}"
         return f"<mpiring.Communicator rank {where} {state}>"
+

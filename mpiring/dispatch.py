@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mpi4py import MPI
 
-from . import algorithms
+from . import algorithms, descriptor
 from .algorithms import AUTO, Algorithm, Call, Collective
 from .algorithms import auto as auto_table
 from .algorithms.base import Run
@@ -48,6 +48,7 @@ class Plan:
     op: Op  # what the row runs (avg: sum, then a division pass)
     in_place: bool
     ask_capture: bool  # whether a capture begun since could change the row (see Dispatcher.row)
+    desc: tuple[int, int]  # ``values`` as the GPU-side check carries them (rows with gpu_check)
 
 
 class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immutable record
@@ -113,7 +114,7 @@ class Dispatcher:
                 self._plans[key] = plan
                 if plan.row.lazy:  # it runs now, outside a capture: its resources get made
                     self._made.add(plan.row.name)
-        call = Call(None if plan.in_place else send, recv, plan.op, nb)
+        call = Call(None if plan.in_place else send, recv, plan.op, nb, plan.desc)
         return Prepared(call, plan.row, plan.run, plan.backend, plan.values)
 
     def _plan(self, collective: Collective, send: Buffer, recv: Buffer, in_place: bool, the_op: Op,
@@ -145,7 +146,8 @@ class Dispatcher:
         if row.check is not None:
             row.check(backend, Call(None if in_place else send, recv, the_op, nb))
         ask = self._ask_capture(row, nbytes, recv.memory, algorithm, collective)
-        return Plan(row, run, backend, values, the_op, in_place, ask)
+        desc = descriptor.pack(values, recv.dtype.itemsize) if row.gpu_check else (0, 0)
+        return Plan(row, run, backend, values, the_op, in_place, ask, desc)
 
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:

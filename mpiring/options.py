@@ -17,12 +17,21 @@ from .timeouts import TimeoutPolicy
 
 DEFAULT_HOST_SLOT_BYTES = 1 << 20  # two slots of 1 MiB of node shared memory per rank
 
+GPU_CHECK, HOST_CHECK = "gpu", "host"
+_CHECKS = {**dict.fromkeys(("gpu", "1", "true", "yes", "on", ""), GPU_CHECK), "host": HOST_CHECK,
+           **dict.fromkeys(("0", "false", "no", "off"), "off")}
 
-def env_flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    return value.strip().lower() not in ("0", "false", "no", "off")
+
+def check_mode(check: Any, source: str = "check=") -> str:
+    """The agreement check asked for: ``"gpu"`` (the default: calls of rows whose kernels check
+    on the GPU are checked there, the others on the host), ``"host"`` (every call on the host,
+    before anything is enqueued: a debugging aid) or ``"off"``. Takes True/False too."""
+    if isinstance(check, bool):
+        return GPU_CHECK if check else "off"
+    if isinstance(check, str) and check.strip().lower() in _CHECKS:
+        return _CHECKS[check.strip().lower()]
+    raise InvalidArgumentError(f"{source} {check!r}: use 'gpu' (the default), 'host', True or False "
+                               "('1'/'0' in the environment)")
 
 
 def check_slot_bytes(slot_bytes: Any) -> int | None:
@@ -65,18 +74,20 @@ class Options:
     timeouts: TimeoutPolicy
     forced: str | None  # MPIRING_ALGO: what "auto" runs instead of the table's choice
     slot_bytes: int | None = None  # as asked (None: each backend's default)
+    check_mode: str = GPU_CHECK  # where calls of rows that check on the GPU are checked
 
     @classmethod
-    def resolve(cls, algorithm: Any, batches: Any, check: bool | None, timeout: float | None,
+    def resolve(cls, algorithm: Any, batches: Any, check: bool | str | None, timeout: float | None,
                 slot_bytes: Any = None) -> Options:
         name = algorithms.check_name(algorithm, source="algorithm=")
         forced = os.environ.get("MPIRING_ALGO", "").strip() or None
         if forced is not None:
             forced = algorithms.check_name(forced, source="the environment variable MPIRING_ALGO")
             forced = None if forced == algorithms.AUTO else forced
-        checked = env_flag("MPIRING_CHECK", True) if check is None else bool(check)
-        return cls(name, check_batches(batches), checked, TimeoutPolicy.resolve(timeout), forced,
-                   check_slot_bytes(slot_bytes))
+        mode = check_mode(os.environ.get("MPIRING_CHECK", "") if check is None else check,
+                          "the environment variable MPIRING_CHECK" if check is None else "check=")
+        return cls(name, check_batches(batches), mode != "off", TimeoutPolicy.resolve(timeout), forced,
+                   check_slot_bytes(slot_bytes), GPU_CHECK if mode == "off" else mode)
 
     @classmethod
     def fallback(cls) -> Options:
@@ -95,7 +106,7 @@ class Options:
         return {
             "slot_bytes": self.slot_bytes,
             "batches": self.batches,
-            "check": self.check,
+            "check": f"{self.check} ({self.check_mode})",
             "algorithm table": ",".join(row.name for row in algorithms.rows()),
             "MPIRING_ALGO": self.forced,
             "MPIRING_TUNING_FILE": os.environ.get("MPIRING_TUNING_FILE") or None,

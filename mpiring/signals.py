@@ -44,8 +44,8 @@ CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY
 CLOSE_READY, ABANDONED = 1, 2
 FAILED = 10  # nonzero once this rank's communicator failed (by this rank): peers stop at once
 # Not counters: whole 64-byte lines holding this rank's descriptor of agreement check k in
-# line AGREE[k % 2] (8 int64 words: mpiring.agreement), written before CALLS announces k.
-AGREE = (11, 12)
+# line AGREE[k % 4] (8 int64 words: mpiring.agreement), written before CALLS announces k.
+AGREE = (11, 12, 13, 14)
 
 ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
 ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close

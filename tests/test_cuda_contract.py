@@ -72,13 +72,38 @@ def test_status_constants_match() -> None:
     expected = {
         "STATE": contract.STATE, "KIND": contract.KIND, "PEER": contract.PEER, "SEQ": contract.SEQ,
         "BLOCK": contract.BLOCK, "STEP": contract.STEP, "WORDS": contract.WORDS,
-        "THEIRS": contract.THEIRS, "MINE": contract.MINE,
+        "MM_COUNT": contract.MM_COUNT, "MM_KIND": contract.MM_KIND, "MM_PEER": contract.MM_PEER,
+        "MM_CALL": contract.MM_CALL, "MM_THEIRS": contract.MM_THEIRS, "MM_MINE": contract.MM_MINE,
         "HEALTHY": contract.HEALTHY, "TIMED_OUT": contract.TIMED_OUT, "ABORTED": contract.ABORTED,
-        "MISMATCH": contract.MISMATCH,
         "KIND_RING": contract.KIND_RING, "KIND_ONESHOT": contract.KIND_ONESHOT,
         "KIND_TWOSHOT": contract.KIND_TWOSHOT, "KIND_ONESHOT_LL": contract.KIND_ONESHOT_LL,
+        "KIND_NOTICE": contract.KIND_NOTICE,
     }
     assert defined == expected
+    # The skipped-call words follow the failure words, and the two-word fields fit.
+    assert contract.STEP < contract.MM_COUNT and contract.MM_MINE + 2 == contract.WORDS
+
+
+def test_the_descriptor_layout_matches_agree_cuh() -> None:
+    """agree.cuh reads the algorithm, kind and itemsize fields of mpiring.descriptor's word 1 at
+    the same bits, knows the same notice kinds, and spells oneshot-ll's code as the row has it."""
+    from mpiring import descriptor
+    from mpiring.algorithms import get
+
+    agree = sources.read("agree.cuh")
+    defined = _defines(agree)
+    kinds = {"CALL": descriptor.CALL, "REJECTED": descriptor.REJECTED, "DISAGREED": descriptor.DISAGREED}
+    assert {k: defined[f"DESC_{k}"] for k in kinds} == kinds
+    assert (contract.DESC_CALL, contract.DESC_REJECTED, contract.DESC_DISAGREED) == tuple(kinds.values())
+    assert defined["CODE_ONESHOT_LL"] == contract.CODE_ONESHOT_LL == get("oneshot-ll").code
+    fields = {name: (shift, bits) for name, shift, bits in descriptor.WORD1}
+    for macro, field, mask in (("ALGORITHM", "algorithm", "0xff"), ("KIND", "kind", "0xf"),
+                               ("ITEMSIZE", "itemsize", "0xff")):
+        shift, bits = fields[field]
+        line = re.search(rf"#define DESC_{macro}\(d1\) .*\(d1\) >> (\d+)\) & (0x[0-9a-f]+)", agree)
+        assert line is not None, macro
+        found = (int(line.group(1)), int(line.group(2), 16))
+        assert found == (shift, int(mask, 16)) == (shift, (1 << bits) - 1)
 
 
 def test_kind_codes_name_their_algorithms() -> None:
@@ -95,7 +120,9 @@ def test_kernels_report_with_named_kinds() -> None:
     fold, direct_cu = sources.read("fold.cu"), sources.read("direct.cu")
     assert "ST_KIND_RING" in fold
     assert not re.search(r"barrier\(c, [^,]+, \d", direct_cu)
-    assert direct_cu.count("ST_KIND_ONESHOT") == 1 and direct_cu.count("ST_KIND_TWOSHOT") == 2
+    # oneshot: its barrier and its agreement check; twoshot: two barriers and two checks (n == 0).
+    assert direct_cu.count("ST_KIND_ONESHOT") == 2 and direct_cu.count("ST_KIND_TWOSHOT") == 4
+    assert not re.search(r"agree\(c, g, d0, d1, \d", direct_cu + sources.read("oneshot_ll.cu"))
 
 
 def test_oneshot_ll_threads_and_lines_match_the_kernel() -> None:

@@ -73,7 +73,7 @@ def compile_source(nvrtc, code: str, name: str, expressions: list[str]) -> tuple
 
 def test_the_compilation_units_are_known() -> None:
     """Every .cu file has its list of name expressions (a new file must say what it provides)."""
-    assert sources.files() == ["direct.cu", "fold.cu", "oneshot_ll.cu"]
+    assert sources.files() == ["direct.cu", "fold.cu", "notice.cu", "oneshot_ll.cu"]
     for name in sources.files():
         assert sources.name_expressions(name)
     with pytest.raises(KeyError):

@@ -1,8 +1,10 @@
-"""The host status block's words and the error they report: ``mpiring.cuda.status.status_error``.
+"""The host status block's words and the errors they report: ``mpiring.cuda.status``.
 
-The direct kernels (oneshot, twoshot) and the ring's fold kernels write STATE, KIND, PEER, SEQ,
-BLOCK and STEP into eight words of pinned host memory; the host turns them into the exception
-the caller sees, with no CUDA call, so it is tested here on plain words.
+The direct kernels (oneshot, twoshot, oneshot-ll) and the ring's fold kernels write STATE,
+KIND, PEER, SEQ, BLOCK and STEP into pinned host memory when they give up, and the GPU-side
+agreement check writes the calls it skipped (ST_MM_*); the host turns the words into the
+exception the caller sees, with no CUDA call, so it is tested here on plain words. The
+descriptor the kernels compare (:mod:`mpiring.descriptor`) is tested here too.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mpiring import descriptor
+from mpiring.call_check import describe
 from mpiring.cuda import contract, sources
-from mpiring.cuda.direct import LL_BLOCK_LINES, ll_blocks, ll_descriptor, split_descriptor
+from mpiring.cuda.direct import LL_BLOCK_LINES, ll_blocks
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,
@@ -31,9 +35,10 @@ from mpiring.cuda.status import (
     STEP,
     TIMED_OUT,
     WORDS,
+    skipped_error,
     status_error,
 )
-from mpiring.errors import MpiringTimeoutError, PeerFailedError, RankMismatchError
+from mpiring.errors import MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
 from mpiring.ops import DTYPE_BY_CODE, DTYPES, Op
 
 
@@ -142,36 +147,80 @@ def test_unknown_kind_times_out_as_unknown() -> None:
     assert "in the unknown algorithm" in str(err)
 
 
-@given(st.integers(0, (1 << 32) - 1), st.sampled_from(sorted(DTYPE_BY_CODE)), st.sampled_from(list(Op)))
-def test_oneshot_ll_descriptors_round_trip(count, dtype, op) -> None:
-    desc = ll_descriptor(count, dtype, int(op), 10, 1)
-    assert 0 <= desc < 1 << 64
-    assert split_descriptor(desc) == dict(count=count, dtype=dtype, op=int(op), algorithm=10, collective=1)
-    assert split_descriptor(desc - (1 << 64) if desc >= 1 << 63 else desc) == split_descriptor(desc)
+FIELDS = st.fixed_dictionaries({
+    "count": st.integers(0, (1 << 63) - 1), "dtype": st.sampled_from(sorted(DTYPE_BY_CODE)),
+    "op": st.sampled_from([int(op) for op in Op]), "algorithm": st.integers(1, 255),
+    "collective": st.integers(1, 3), "memory": st.integers(0, 1), "batches": st.integers(0, 1 << 20)})
+
+
+@given(FIELDS, st.sampled_from([1, 2, 4, 8]), st.sampled_from(sorted(descriptor.KINDS)))
+def test_descriptors_round_trip_as_signed_words(values, itemsize, kind) -> None:
+    """What pack() writes, unpack() reads back, from the signed words a kernel argument (and
+    the status block) holds; batches saturate at 65535."""
+    words = descriptor.pack(values, itemsize, kind)
+    assert all(-(1 << 63) <= w < 1 << 63 for w in words)
+    back = descriptor.unpack(words)
+    assert back == dict(values, batches=min(values["batches"], 0xFFFF), kind=kind, itemsize=itemsize)
+
+
+def test_descriptor_fields_are_disjoint_and_fill_a_word() -> None:
+    bits = [set(range(shift, shift + n)) for _, shift, n in descriptor.WORD1]
+    assert sum(len(b) for b in bits) == 64 and set().union(*bits) == set(range(64))
 
 
 def test_a_descriptor_field_out_of_range_is_refused() -> None:
-    with pytest.raises(ValueError):
-        ll_descriptor(1 << 32, 1, 1, 10, 1)
-    with pytest.raises(ValueError):
-        ll_descriptor(1, 256, 1, 10, 1)
+    with pytest.raises(ValueError, match="dtype"):
+        descriptor.pack({"dtype": 256}, 4)
+    with pytest.raises(ValueError, match="count"):
+        descriptor.pack({"count": -1}, 4)
 
 
-def test_a_mismatch_report_names_both_ranks_values() -> None:
-    words = [0] * contract.WORDS
-    words[contract.STATE], words[contract.KIND], words[contract.PEER] = (
-        contract.MISMATCH, contract.KIND_ONESHOT_LL, 1)
-    f32, f64 = DTYPES["float32"].code, DTYPES["float64"].code
-    words[contract.MINE] = ll_descriptor(1000, f32, int(Op.SUM), 10, 1)
-    theirs = ll_descriptor(999, f64, int(Op.SUM), 10, 1)
-    words[contract.THEIRS] = theirs - (1 << 64) if theirs >= 1 << 63 else theirs  # as read back: signed
-    err = status_error(words, 0, 5.0)
-    assert isinstance(err, RankMismatchError)
+def _skipped(count: int, peer: int, theirs: tuple[int, int], mine: tuple[int, int],
+             kind: int = contract.KIND_ONESHOT_LL, call: int = 7) -> list[int]:
+    w = [0] * contract.WORDS
+    w[contract.MM_COUNT], w[contract.MM_KIND] = count, kind
+    w[contract.MM_PEER], w[contract.MM_CALL] = peer, call
+    w[contract.MM_THEIRS:contract.MM_THEIRS + 2] = theirs
+    w[contract.MM_MINE:contract.MM_MINE + 2] = mine
+    return w
+
+
+F32, F64 = DTYPES["float32"].code, DTYPES["float64"].code
+CALL_VALUES = dict(count=1000, dtype=F32, op=int(Op.SUM), algorithm=10, collective=1, memory=1, batches=0)
+
+
+def test_a_skipped_call_names_both_ranks_values_once() -> None:
+    """A report of a call skipped because a peer's descriptor differed: RankMismatchError naming
+    only the fields that differ, by name; raised once (the count it returns is kept)."""
+    theirs = descriptor.pack(dict(CALL_VALUES, count=999, dtype=F64), 8)
+    w = _skipped(1, 1, theirs, descriptor.pack(CALL_VALUES, 4))
+    err, seen = skipped_error(w, 0, 0, describe)
+    assert isinstance(err, RankMismatchError) and seen == 1 and err.gpu_call == 7
     text = str(err)
     assert "count (this rank 1000, rank 1 999)" in text
     assert "dtype (this rank float32, rank 1 float64)" in text
-    assert "op" not in text.split("found on the GPU")[1].split(".")[0]  # equal fields are not named
-    assert "oneshot-ll" in text and "refuses further use" in text
+    assert "op (" not in text and "algorithm (" not in text  # equal fields are not named
+    assert "oneshot-ll kernel" in text and "stays usable" in text and "wrote no output" in text
+    assert skipped_error(w, 0, seen, describe) == (None, 1)  # nothing new: nothing raised
+
+
+def test_a_notice_names_what_the_peer_found() -> None:
+    """A notice of a rejected call gives PeerArgumentError naming the rank; one of a host check
+    that found a difference names the differing fields (here the algorithm, by name)."""
+    mine = descriptor.pack(CALL_VALUES, 4)
+    err, _ = skipped_error(_skipped(1, 2, descriptor.pack({}, 0, descriptor.REJECTED), mine), 0, 0, describe)
+    assert isinstance(err, PeerArgumentError) and "rank 2 rejected its arguments" in str(err)
+    ring = descriptor.pack(dict(CALL_VALUES, algorithm=1), 0, descriptor.DISAGREED)
+    err, _ = skipped_error(_skipped(1, 3, ring, mine), 0, 0, describe)
+    assert isinstance(err, RankMismatchError)
+    assert "algorithm (this rank oneshot-ll, rank 3 ring)" in str(err) and "checks on the host" in str(err)
+
+
+def test_several_skipped_calls_are_one_error_that_says_so() -> None:
+    mine = descriptor.pack(CALL_VALUES, 4)
+    theirs = descriptor.pack(dict(CALL_VALUES, op=2), 4)
+    err, seen = skipped_error(_skipped(5, 1, theirs, mine), 0, 2, describe)
+    assert seen == 5 and "3 calls were skipped" in str(err)
 
 
 @given(st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8]))

@@ -59,6 +59,9 @@ class Call(NamedTuple):
     recv: Buffer
     op: Op
     batches: int | None  # mini-batches asked for (batched algorithms), None: their default
+    # The call's descriptor as it travels on the GPU (mpiring.descriptor): what the kernels of
+    # a row that checks on the GPU compare with their peers' before they write any output.
+    desc: tuple[int, int] = (0, 0)
 
     @property
     def source(self) -> Buffer:
@@ -102,6 +105,8 @@ class Algorithm:
         lazy: it makes per-communicator resources at its first call (NCCL's communicator),
             which cannot happen while a CUDA graph is being captured: auto's graph entries
             pick it only once it ran outside a capture.
+        gpu_check: its kernels check on the GPU that every rank runs the same call
+            (``csrc/agree.cuh``), so the agreement check does not wait on the host for it.
     """
 
     name: str
@@ -122,6 +127,7 @@ class Algorithm:
     averages: bool = False
     nccl: bool = False
     lazy: bool = False
+    gpu_check: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

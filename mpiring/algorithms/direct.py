@@ -10,18 +10,16 @@ push only.
 * two-shot: reduce-scatter by pushing shards to their owners, barrier, all-gather by pushing
   the reduced shards, barrier (medium messages: bandwidth).
 
-The kernels are ``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher
-``mpiring.cuda.direct``.
+Each carries the call's descriptor (``Call.desc``) and checks on the GPU that every rank runs the
+same call before it writes any output (``gpu_check``: ``csrc/agree.cuh``). The kernels are
+``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..ops import Op, dtype_code
-from .base import GPU, Algorithm, Call, Collective
+from .base import GPU, Algorithm, Call
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -35,27 +33,8 @@ def run_twoshot(backend: Backend, call: Call) -> None:
     backend.run_direct("twoshot", call)
 
 
-_DESCRIPTORS: dict[tuple[int, np.dtype, Op], int] = {}  # per call shape (bounded): the hot path
-
-
 def run_oneshot_ll(backend: Backend, call: Call) -> None:
-    recv = call.recv
-    key = (recv.count, recv.dtype, call.op)
-    desc = _DESCRIPTORS.get(key)
-    if desc is None:
-        desc = oneshot_ll_descriptor(*key)
-        if len(_DESCRIPTORS) >= 4096:
-            _DESCRIPTORS.clear()
-        _DESCRIPTORS[key] = desc
-    backend.run_oneshot_ll(call, desc)
-
-
-def oneshot_ll_descriptor(count: int, dtype: np.dtype, op: Op) -> int:
-    """The descriptor a oneshot-ll call carries to its peers, who compare it with theirs: the
-    agreement check's fields, packed by ``mpiring.cuda.direct.ll_descriptor``."""
-    from ..cuda.direct import ll_descriptor
-
-    return ll_descriptor(count, dtype_code(dtype), int(op), ONESHOT_LL_CODE, int(Collective.ALLREDUCE))
+    backend.run_oneshot_ll(call)
 
 
 def oneshot_limit(backend: Backend) -> int | None:
@@ -74,20 +53,19 @@ ONESHOT = Algorithm(
     summary="one kernel: every rank stores its input into all peers' slots, flag barrier, every "
             "rank reduces all rows locally",
     best_for="small messages (latency)",
-    graph_capturable=True, limit=oneshot_limit, auto=True,
+    graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True,
 )
 TWOSHOT = Algorithm(
     "twoshot", 6, GPU, run_twoshot,
     summary="one kernel: reduce-scatter by pushing shards to their owners, flag barrier, "
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
-    graph_capturable=True, auto=True,
+    graph_capturable=True, auto=True, gpu_check=True,
 )
 ONESHOT_LL = Algorithm(
     "oneshot-ll", ONESHOT_LL_CODE, GPU, run_oneshot_ll,
     summary="one kernel, no barrier: every rank stores its input into all peers' slots as 16-byte "
-            "lines of data and flag, and reduces each line as soon as every rank's copy arrived; the "
-            "call's descriptor travels along (a mismatch is found on the GPU)",
+            "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB",
-    graph_capturable=True, limit=oneshot_ll_limit, auto=True,
+    graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
 )

@@ -139,7 +139,7 @@ class Backend(ABC):
     def oneshot_ll_limit(self) -> int | None:
         raise self._missing("the oneshot-ll kernel")
 
-    def run_oneshot_ll(self, call: Call, desc: int) -> None:
+    def run_oneshot_ll(self, call: Call) -> None:
         raise self._missing("the oneshot-ll kernel")
 
     def run_nccl(self, call: Call, collective: Collective) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from mpi4py import MPI
 
 from ..buffers import Buffer, Memory
 from ..control import ControlBoard
+from ..descriptor import Descriptor
 from ..errors import InvalidArgumentError, MpiringError, SetupError
 from ..pipeline import RingPipeline
 from ..schedule import RingPlan, choose_batches, default_batches
@@ -250,17 +252,31 @@ class GpuBackend(Backend):
         return self.direct.ll_limit
 
     def run_direct(self, kind: str, call: Call) -> None:
-        """Run the one-shot or two-shot kernel on the caller's stream (one launch)."""
+        """Run the one-shot or two-shot kernel on the caller's stream (one launch), carrying the
+        call's descriptor (its peers' kernels compare it with theirs)."""
         recv = call.recv
         self.direct.launch(kind, call.source.address, recv.address, recv.count, recv.dtype, call.op,
-                           self.ordered_stream())
+                           call.desc, self.ordered_stream())
 
-    def run_oneshot_ll(self, call: Call, desc: int) -> None:
+    def run_oneshot_ll(self, call: Call) -> None:
         """Run the oneshot-ll kernel on the caller's stream (one launch), carrying the call's
-        descriptor ``desc`` (its peers compare it with theirs)."""
+        descriptor."""
         recv = call.recv
-        self.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op, desc,
-                              self.ordered_stream())
+        self.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op,
+                              call.desc, self.ordered_stream())
+
+    def notice(self, desc: Descriptor) -> None:
+        """This rank's part in a GPU-checked call that it cannot run (``desc``: a notice of
+        :mod:`mpiring.descriptor`), on the caller's stream: its peers' kernels then skip the call.
+        Not while a CUDA graph is being captured (it would run only at replay)."""
+        if not self.capturing():
+            self.direct.notice(desc, self.ordered_stream())
+
+    def skipped(self, describe: Callable[[str, int], str]) -> MpiringError | None:
+        """The error of the calls that the GPU-side agreement check skipped since the last one
+        raised (``PeerArgumentError`` or ``RankMismatchError``), or None. The communicator stays
+        usable: the kernels left every rank in the same state."""
+        return self.status.skipped(self.rank, describe)
 
     def average(self, buf: Buffer, ranks: int) -> None:
         """``buf /= ranks`` on the caller's stream, after the call (one launch, capturable)."""

@@ -4,7 +4,9 @@
     mpirun -n 2 python -m mpiring.bench.enqueue -b 64K --profile oneshot
 
 What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return once
-enqueued; the GPU is not waited for inside a round), with the agreement check on and off,
+enqueued; the GPU is not waited for inside a round), with the agreement check as by default
+(``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
+host for every call (``host``, shown for the rows that would check on the GPU) and off,
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
 for GPU arrays, ``np.copyto`` for host arrays). Every (algorithm, check) case is measured
 in each of ``--rounds`` interleaved rounds of ``--calls`` calls, after warm-up calls, and the
@@ -100,7 +102,9 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
         x, out = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
         sync = lambda: None  # noqa: E731 - host calls complete before they return
         copy = ("np.copyto", lambda: np.copyto(out, x))
-    comms = {check: Communicator(world, gpu=gpu, check=check) for check in (True, False)}
+    # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
+    # host for the others), every call on the host (check="host"), and off.
+    comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
     try:
         labels, cases = [copy[0]], [copy[1]]
         for check, comm in comms.items():
@@ -108,10 +112,12 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 try:  # a refusal (size limit, memory kind) is the same on every rank
                     comm.Allreduce(x, out, algorithm=name)
                 except MpiringError as err:
-                    if check and world.rank == 0:
+                    if check == "gpu" and world.rank == 0:
                         print(f"# {name}: n/a ({err})")
                     continue
-                labels.append(f"{name} (check {'on' if check else 'off'})")
+                if check == "host" and not algorithms.get(name).gpu_check:
+                    continue  # the same as the default for rows checked on the host anyway
+                labels.append(f"{name} (check {check or 'off'})")
                 cases.append(_call(comm, name, x, out))
         times = per_call_us(args.rounds, args.calls, cases, sync, world)
         if world.rank == 0:

@@ -35,16 +35,22 @@ CONTROL = np.dtype([
     ("timeout_ns", "<i8"),  # how long a barrier may wait for a peer
     ("rank", "<i4"), ("size", "<i4"), ("blocks", "<i4"), ("pad", "<i4"),
     ("ll", "<u8", (MAXR, 2)),  # rank r's two oneshot-ll slots
-    ("ll_headers", "<u8", (MAXR,)),  # rank r's oneshot-ll header lines [slot][source rank]
-    ("ll_state", "<u8"),  # this rank's oneshot-ll call count and finished-block count
+    ("ll_headers", "<u8", (MAXR,)),  # rank r's header lines [slot][source rank][2] (agree.cuh)
+    ("ll_state", "<u8"),  # this rank's GPU-checked call count and finished-block count
     ("ll_row_bytes", "<i8"),  # bytes of one source rank's row in a oneshot-ll slot
 ])
 
-# Status block: word indices (ST_STATE ... ST_MINE) and its length in words (ST_WORDS).
-STATE, KIND, PEER, SEQ, BLOCK, STEP, THEIRS, MINE = range(8)
-WORDS = 8
-# STATE values (ST_HEALTHY, ST_TIMED_OUT, ST_ABORTED, ST_MISMATCH).
-HEALTHY, TIMED_OUT, ABORTED, MISMATCH = 0, 1, 2, 3
+# Status block: word indices (ST_STATE ... ST_STEP: a failure; ST_MM_*: calls skipped because
+# the ranks disagreed) and its length in words (ST_WORDS).
+STATE, KIND, PEER, SEQ, BLOCK, STEP = range(6)
+MM_COUNT, MM_KIND, MM_PEER, MM_CALL, MM_THEIRS, MM_MINE = 8, 9, 10, 11, 12, 14  # THEIRS, MINE: two words
+WORDS = 16
+# STATE values (ST_HEALTHY, ST_TIMED_OUT, ST_ABORTED).
+HEALTHY, TIMED_OUT, ABORTED = 0, 1, 2
 # KIND values (ST_KIND_RING, ...): the algorithm whose kernel reported.
-KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL = 1, 2, 3, 4
-KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot", KIND_ONESHOT_LL: "oneshot-ll"}
+KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL, KIND_NOTICE = 1, 2, 3, 4, 5
+KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot", KIND_ONESHOT_LL: "oneshot-ll",
+         KIND_NOTICE: "notice"}
+# The descriptor's layout as the kernels read it (agree.cuh's DESC_*; mpiring.descriptor packs it).
+DESC_CALL, DESC_REJECTED, DESC_DISAGREED = 0, 1, 2
+CODE_ONESHOT_LL = 10  # the oneshot-ll row's code, which agree.cuh spells out to find its lines

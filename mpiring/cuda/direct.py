@@ -17,8 +17,13 @@ never a load from it (remote stores are posted; remote loads wait a full round t
 * **oneshot-ll** (the smallest messages): one-shot without a barrier. Every 16-byte line a
   rank stores into a peer carries 8 bytes of payload and the call's flag in both halves, so
   a reader waits for exactly the lines it reduces (``csrc/oneshot_ll.cu`` states the
-  protocol). Each call also carries its descriptor (:func:`ll_descriptor`): a peer that
-  disagrees is reported by the kernel, which then writes no output.
+  protocol).
+
+Every kernel checks on the GPU that its peers run the same call (``csrc/agree.cuh``): each
+launch carries the call's descriptor (:mod:`mpiring.descriptor`); where a peer's differs, every
+rank skips the call and reports it in the host status block, and the communicator stays
+usable. A rank whose call cannot run on the GPU this time launches a *notice* instead
+(:meth:`DirectKernels.notice`), so that its peers' kernels do not wait for it in vain.
 
 The kernels find every rank's regions through one table (``struct Ctl`` of
 ``csrc/contract.cuh``, mirrored by :data:`mpiring.cuda.contract.CONTROL`) that
@@ -33,6 +38,7 @@ import functools
 
 import numpy as np
 
+from ..descriptor import Descriptor
 from ..ops import Op
 from . import sources
 from .contract import CONTROL, DIRECT_THREADS, LL_LINES, LL_THREADS
@@ -43,6 +49,7 @@ THREADS = DIRECT_THREADS  # the kernels' __launch_bounds__: launching more threa
 WORD = 16  # bytes: rows and shards start on 16-byte boundaries of the staging
 _SOURCE = "direct.cu"
 _LL_SOURCE = "oneshot_ll.cu"
+_NOTICE_SOURCE = "notice.cu"
 _CONTROL = CONTROL  # the old name, still used by tests/gpu/scripts/gpu_fault.py
 LL_BLOCK_LINES = LL_THREADS * LL_LINES  # lines one oneshot-ll block moves
 
@@ -53,22 +60,6 @@ def _module(name: str = _SOURCE):
 
     return cupy.RawModule(code=sources.source(name), options=sources.OPTIONS,
                           name_expressions=sources.name_expressions(name))
-
-
-def ll_descriptor(count: int, dtype_code: int, op: int, algorithm: int, collective: int) -> int:
-    """The 64-bit descriptor a oneshot-ll call carries to its peers (``desc`` in
-    ``csrc/oneshot_ll.cu``): count (32 bits), dtype, op, algorithm and collective codes (8 each).
-    :func:`split_descriptor` reads it back."""
-    if not 0 <= count < 1 << 32 or not all(0 <= v < 256 for v in (dtype_code, op, algorithm, collective)):
-        raise ValueError("a oneshot-ll descriptor field is out of range")
-    return count | dtype_code << 32 | op << 40 | algorithm << 48 | collective << 56
-
-
-def split_descriptor(desc: int) -> dict[str, int]:
-    """The fields of :func:`ll_descriptor`, by the agreement check's names."""
-    desc &= (1 << 64) - 1
-    return {"count": desc & 0xFFFFFFFF, "dtype": desc >> 32 & 0xFF, "op": desc >> 40 & 0xFF,
-            "algorithm": desc >> 48 & 0xFF, "collective": desc >> 56 & 0xFF}
 
 
 def ll_blocks(count: int, itemsize: int) -> int:
@@ -114,11 +105,14 @@ class DirectKernels:
         rt.memcpy(self._ctl_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
         rt.deviceSynchronize()  # set-up only: the table has landed before any stream reads it
         self._functions: dict[tuple[str, np.dtype, Op], int] = {}
-        # (in, out, n, ctl, vec): the kernels' parameters, as csrc/direct.cu declares them.
-        self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32"), THREADS)
-        # (in, out, n, ctl, vec, desc): oneshot_ll's, as csrc/oneshot_ll.cu declares them.
-        self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64"), LL_THREADS)
+        # (in, out, n, ctl, vec, d0, d1): the kernels' parameters, as csrc/direct.cu and
+        # csrc/oneshot_ll.cu declare them (d0, d1: the call's descriptor).
+        self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64"), THREADS)
+        self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64"), LL_THREADS)
+        # (ctl, d0, d1): the notice's, as csrc/notice.cu declares them.
+        self._launch_notice = PackedLaunch(("ptr", "i64", "i64"), LL_THREADS)
         self._ll_shapes: dict[tuple[int, np.dtype, Op], tuple[int, int]] = {}
+        self._notice: int | None = None
 
     def _function(self, kind: str, dtype: np.dtype, op: Op) -> int:
         key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
@@ -130,9 +124,9 @@ class DirectKernels:
             self._functions[key] = fn
         return fn
 
-    def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: int, stream) -> None:
-        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``
-        (:func:`ll_descriptor`)."""
+    def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
+                  stream) -> None:
+        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
         key = (count, dtype, op)  # hot path: one lookup per call shape (bounded)
         shape = self._ll_shapes.get(key)
         if shape is None:
@@ -140,12 +134,20 @@ class DirectKernels:
                 self._ll_shapes.clear()
             shape = self._ll_shapes[key] = (self._function("oneshot_ll", dtype, op),
                                             ll_blocks(count, dtype.itemsize))
-        signed = desc - (1 << 64) if desc >= 1 << 63 else desc  # the i64 slot takes its bits
         self._launch_ll(shape[0], shape[1], stream.ptr, src, out, count, self._ctl_ptr,
-                        int((src | out) % 8 == 0), signed)
+                        int((src | out) % 8 == 0), desc[0], desc[1])
 
-    def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
-        """Enqueue one ``kind`` ("oneshot" or "twoshot") allreduce of ``count`` elements."""
+    def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
+               stream) -> None:
+        """Enqueue one ``kind`` ("oneshot" or "twoshot") allreduce of ``count`` elements carrying
+        descriptor ``desc``."""
         vectorized = int((src | out) % 16 == 0)
         self._launch(self._function(kind, dtype, op), self.blocks, stream.ptr,
-                     src, out, count, self._ctl_ptr, vectorized)
+                     src, out, count, self._ctl_ptr, vectorized, desc[0], desc[1])
+
+    def notice(self, desc: Descriptor, stream) -> None:
+        """Enqueue a notice carrying ``desc`` (a kind of :mod:`mpiring.descriptor` other than
+        ``CALL``): this rank's part in a GPU call it cannot run (``csrc/notice.cu``)."""
+        if self._notice is None:
+            self._notice = function_handle(_module(_NOTICE_SOURCE).get_function("notice"))
+        self._launch_notice(self._notice, 1, stream.ptr, self._ctl_ptr, desc[0], desc[1])

@@ -14,9 +14,9 @@ on only by the owner) and the per-block counters of the direct kernels:
   the one-shot / two-shot kernels;
 * ``direct_counters[block]``: barriers passed so far by this rank's block (local only);
 * ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
-* ``ll_state``: oneshot-ll's call count and finished-block count (local only);
-* ``ll_headers[slot][src]``: a 16-byte line written by rank ``src`` at each oneshot-ll call
-  (its descriptor and call number), cleared by this rank once read;
+* ``ll_state``: the GPU-checked calls' count and finished-block count (local only);
+* ``ll_headers[slot][src][2]``: two 16-byte lines written by rank ``src`` at each GPU-checked
+  call (its descriptor and call number: ``csrc/agree.cuh``), cleared by this rank once read;
 * ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a
   timeout). Written by any rank, read by this rank's kernels, which then stop writing output.
 
@@ -105,12 +105,12 @@ class StagingLayout:
     def ll_headers(self) -> int:
         return self.ll_state + 256
 
-    def ll_header(self, slot: int, src: int) -> int:
-        return self.ll_headers + self.LL_LINE * (slot * MAX_RANKS + src)
+    def ll_header(self, slot: int, src: int, half: int = 0) -> int:
+        return self.ll_headers + self.LL_LINE * (2 * (slot * MAX_RANKS + src) + half)
 
     @property
     def control_bytes(self) -> int:
-        return _align(self.ll_headers + 2 * MAX_RANKS * self.LL_LINE, REGION_ALIGN)
+        return _align(self.ll_header(2, 0), REGION_ALIGN)
 
     # -- data regions --------------------------------------------------------------------
     def ring_slot(self, k: int) -> int:

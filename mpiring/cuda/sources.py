@@ -93,7 +93,9 @@ def copy_name(unit: int) -> str:
     return f"copy<{COPY_UNITS[unit]}>"
 
 
-_KERNELS = {"fold.cu": ("fold",), "direct.cu": ("oneshot", "twoshot"), "oneshot_ll.cu": ("oneshot_ll",)}
+_KERNELS = {"fold.cu": ("fold",), "direct.cu": ("oneshot", "twoshot"), "oneshot_ll.cu": ("oneshot_ll",),
+            "notice.cu": ()}
+_PLAIN = {"notice.cu": ["notice"]}  # kernels that are no template
 
 
 def name_expressions(name: str) -> list[str]:
@@ -101,6 +103,7 @@ def name_expressions(name: str) -> list[str]:
     if name not in _KERNELS:
         raise KeyError(f"no kernels are known for CUDA source {name!r}")
     names = [kernel_name(k, dtype, op) for k in _KERNELS[name] for dtype in DTYPES for op in REDUCTIONS]
+    names += _PLAIN.get(name, [])
     if name == "fold.cu":
         names += [copy_name(unit) for unit in COPY_UNITS]
         names += [average_name(dtype) for dtype in averaged_dtypes()]

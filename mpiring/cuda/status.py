@@ -10,38 +10,43 @@ nothing on the hot path. The first report wins; later ones only ever repeat true
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ..errors import MpiringError, MpiringTimeoutError, PeerFailedError, RankMismatchError
+from .. import descriptor
+from ..errors import MpiringError, MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
 
 # The words' layout and values: one place for the host (contract.py), mirrored by the kernels'
-# csrc/status.cuh (ST_*), which also holds report(), the device side of this block.
+# csrc/status.cuh (ST_*), which also holds report() and report_mismatch(), the device side.
 from .contract import (
     ABORTED,
     BLOCK,
     HEALTHY,
     KIND,
     KINDS,
-    MINE,
-    MISMATCH,
+    MM_CALL,
+    MM_COUNT,
+    MM_KIND,
+    MM_MINE,
+    MM_PEER,
+    MM_THEIRS,
     PEER,
     SEQ,
     STATE,
     STEP,
-    THEIRS,
     TIMED_OUT,
     WORDS,
 )
 
-__all__ = ["ABORTED", "ABORT_HINT", "BLOCK", "HEALTHY", "KIND", "KINDS", "MINE", "MISMATCH", "PEER", "SEQ",
-           "STATE", "STEP", "THEIRS", "TIMED_OUT", "WORDS", "status_error"]
+__all__ = ["ABORTED", "ABORT_HINT", "BLOCK", "HEALTHY", "KIND", "KINDS", "PEER", "SEQ", "STATE", "STEP",
+           "TIMED_OUT", "WORDS", "skipped_error", "status_error"]
 
+AGREE_STEP = -1  # STEP_AGREE in agree.cuh: a wait for a peer's call descriptor
 ABORT_HINT = ("the peer may have crashed, hung or skipped the call (raise MPIRING_TIMEOUT if its work is "
               "just slow); this communicator now refuses further use")
 
 
 def status_error(words: Sequence[int], rank: int, timeout: float) -> MpiringError | None:
-    """The error a status block reports, or None while it is healthy."""
+    """The failure a status block reports (a wait past the timeout, an abort), or None."""
     state = int(words[STATE])
     if state == HEALTHY:
         return None
@@ -54,34 +59,64 @@ def status_error(words: Sequence[int], rank: int, timeout: float) -> MpiringErro
             "calls in flight did not complete, their outputs are undefined, and this "
             "communicator refuses further use"
         )
-    if state == MISMATCH:
-        return _mismatch(words, rank, algorithm, peer)
     step = _step(algorithm, int(words[STEP]))
-    where = f"in the {algorithm} algorithm, {step} (barrier seq {seq}, block {int(words[BLOCK])})"
-    err = MpiringTimeoutError(rank, timeout, f"rank {peer} to reach the same barrier", peer=peer,
+    by_call = int(words[STEP]) == AGREE_STEP or algorithm in ("oneshot-ll", "notice")  # SEQ: a call number
+    number, what = ("call", "call") if by_call else ("barrier seq", "barrier")
+    where = f"in the {algorithm} algorithm, {step} ({number} {seq}, block {int(words[BLOCK])})"
+    err = MpiringTimeoutError(rank, timeout, f"rank {peer} to reach the same {what}", peer=peer,
                               hint=ABORT_HINT)
     return err.locate(where, algorithm=algorithm, step=step, seq=seq)
 
 
 def _step(algorithm: str, step: int) -> str:
+    if step == AGREE_STEP:
+        return "the agreement check (the wait for the peer's call descriptor)"
     if algorithm == "twoshot":
         phase = ("after the scatter", "after the reduction")[step % 2]
         return f"barrier {step % 2 + 1} of 2 ({phase}) of chunk {step // 2 + 1}"
+    if algorithm in ("oneshot-ll", "notice"):
+        return "the wait for the peers' lines"
     return "the barrier after the push"
 
 
-def _mismatch(words: Sequence[int], rank: int, algorithm: str, peer: int) -> RankMismatchError:
-    """A peer's call descriptor differed from this rank's (oneshot-ll carries both)."""
-    from ..agreement import describe_field
-    from .direct import split_descriptor
+def skipped_error(words: Sequence[int], rank: int, raised: int,
+                  describe: Callable[[str, int], str]) -> tuple[MpiringError | None, int]:
+    """The error for the calls the GPU-side agreement check skipped since ``raised`` of them
+    were raised, and the new count (the caller keeps it): ``(None, raised)`` if there are none.
+    ``describe(field, code)``: how a descriptor field reads in the error ("float32", "oneshot").
 
-    theirs, mine = split_descriptor(int(words[THEIRS])), split_descriptor(int(words[MINE]))
-    diffs = [f"{field} (this rank {describe_field(field, mine[field])}, rank {peer} "
-             f"{describe_field(field, theirs[field])})"
-             for field in mine if mine[field] != theirs[field]]
-    return RankMismatchError(
-        f"rank {rank}: ranks called allreduce with different arguments, found on the GPU by the "
-        f"{algorithm} kernel: {'; '.join(diffs) or 'descriptors differ'}. Every rank must pass the "
-        "same count, dtype, op and algorithm; the call wrote no output on this rank, and this "
-        "communicator now refuses further use"
-    )
+    Reads the count, the details, then the count again (a kernel may be writing a newer
+    report meanwhile: then it reads again)."""
+    for _ in range(100):
+        count = int(words[MM_COUNT])
+        if count == raised:
+            return None, raised
+        details = [int(w) for w in words[MM_KIND:MM_MINE + 2]]
+        if int(words[MM_COUNT]) == count:
+            break
+    kind, peer, call = details[0], details[MM_PEER - MM_KIND], details[MM_CALL - MM_KIND]
+    theirs = descriptor.unpack(details[MM_THEIRS - MM_KIND:MM_THEIRS - MM_KIND + 2])
+    mine = descriptor.unpack(details[MM_MINE - MM_KIND:MM_MINE - MM_KIND + 2])
+    algorithm = KINDS.get(kind, "unknown")
+    skipped = count - raised
+    more = (f" ({skipped} calls were skipped since this rank last raised such an error; this was "
+            "the latest)") if skipped > 1 else ""
+    tail = (f"; the call wrote no output on any rank{more}. The calls after it ran normally, and this "
+            "communicator stays usable")
+    if theirs["kind"] == descriptor.REJECTED:
+        err: MpiringError = PeerArgumentError(
+            f"rank {rank}: allreduce skipped on the GPU (call {call} of the {algorithm} kernel): rank "
+            f"{peer} rejected its arguments (its own error says why){tail}")
+    else:
+        how = " (its row checks on the host, which found the difference)" if \
+            theirs["kind"] == descriptor.DISAGREED else ""
+        diffs = [f"{field} (this rank {describe(field, mine[field])}, rank {peer} "
+                 f"{describe(field, theirs[field])})"
+                 for field in ("count", "dtype", "op", "algorithm", "collective", "batches", "memory")
+                 if mine[field] != theirs[field]]
+        err = RankMismatchError(
+            f"rank {rank}: ranks called allreduce with different arguments, found on the GPU by the "
+            f"{algorithm} kernel (call {call}): {'; '.join(diffs) or 'descriptors differ'}{how}. Every "
+            f"rank must pass the same count, dtype, op and algorithm{tail}")
+    err.gpu_call = call  # type: ignore[attr-defined]
+    return err, count

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +31,7 @@ from ..stall import stall_error
 from .layout import StagingLayout
 from .memops import StreamMemOps
 from .resources import LIVE
-from .status import ABORT_HINT, WORDS, status_error
+from .status import ABORT_HINT, WORDS, skipped_error, status_error
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,8 @@ DEPTH = 64  # ring calls followed at once; a 65th waits for the oldest (bounded 
 
 
 class HostStatus:
-    """Eight int64 words of pinned host memory, mapped into the GPU at the same address."""
+    """Sixteen int64 words of pinned host memory, mapped into the GPU at the same address
+    (``csrc/status.cuh``): a failure, and the calls the GPU-side agreement check skipped."""
 
     def __init__(self) -> None:
         import cupy
@@ -52,9 +53,15 @@ class HostStatus:
         LIVE["host_status"] += 1
         self.words = np.ctypeslib.as_array((ctypes.c_int64 * WORDS).from_address(self.ptr))
         self.words[:] = 0
+        self.raised = 0  # skipped calls already raised (ST_MM_COUNT as of the last error)
 
     def error(self, rank: int, timeout: float) -> MpiringError | None:
         return status_error(self.words, rank, timeout)
+
+    def skipped(self, rank: int, describe: Callable[[str, int], str]) -> MpiringError | None:
+        """The error of the calls skipped since the last one raised (each is raised once), or None."""
+        err, self.raised = skipped_error(self.words, rank, self.raised, describe)
+        return err
 
     def close(self) -> None:
         if self.ptr:

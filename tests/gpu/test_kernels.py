@@ -229,6 +229,7 @@ class OneRankStaging:
 
 
 LAYOUT = StagingLayout(slot_bytes=64 << 10, oneshot_bytes=64 << 10, twoshot_bytes=64 << 10, blocks=8)
+NO_DESC = (0, 0)  # a call's descriptor: one rank has no peer to compare it with
 
 
 @pytest.fixture
@@ -260,7 +261,7 @@ def test_direct_kernels_of_one_rank_copy_input(direct, dtype_name: str, op: Op, 
         data = random_values(rng, count, dtype, nan=False)
         src, out = Buffer(count, dtype, offset), Buffer(count, dtype, offset)
         src.put(data)
-        kernels.launch(kind, src.ptr, out.ptr, count, dtype, op, cupy.cuda.Stream.null)
+        kernels.launch(kind, src.ptr, out.ptr, count, dtype, op, NO_DESC, cupy.cuda.Stream.null)
         assert_same(out.get(), data)
     assert not cupy.asnumpy(status).any(), "a healthy launch reported"
 
@@ -273,7 +274,7 @@ def test_direct_kernels_in_place(direct) -> None:
         data = random_values(np.random.default_rng(count), count, dtype, nan=False)
         buf = Buffer(count, dtype)
         buf.put(data)
-        kernels.launch(kind, buf.ptr, buf.ptr, count, dtype, Op.SUM, cupy.cuda.Stream.null)
+        kernels.launch(kind, buf.ptr, buf.ptr, count, dtype, Op.SUM, NO_DESC, cupy.cuda.Stream.null)
         assert_same(buf.get(), data)
 
 
@@ -300,8 +301,9 @@ class AbsentPeerStaging(OneRankStaging):
 @pytest.mark.parametrize(("kind", "code"),
                          [("oneshot", contract.KIND_ONESHOT), ("twoshot", contract.KIND_TWOSHOT)])
 def test_a_barrier_times_out_on_an_absent_peer(device: int, guard, kind: str, code: int) -> None:
-    """A peer that never comes: past the timeout the kernel reports TIMED_OUT (waiting for rank 1,
-    at the first barrier), aborts every rank's abort word with 1 + its rank, and writes no output."""
+    """A peer that never comes: past the timeout the kernel reports TIMED_OUT (waiting for
+    rank 1, at the agreement check before the first barrier), aborts every rank's abort word
+    with 1 + its rank, and writes no output."""
     staging = AbsentPeerStaging(LAYOUT)
     _, status = guard
     try:
@@ -310,12 +312,13 @@ def test_a_barrier_times_out_on_an_absent_peer(device: int, guard, kind: str, co
         count = 1000
         src, out = Buffer(count, dtype), Buffer(count, dtype)
         src.put(np.ones(count, dtype))
-        kernels.launch(kind, src.ptr, out.ptr, count, dtype, Op.SUM, cupy.cuda.Stream.null)
+        kernels.launch(kind, src.ptr, out.ptr, count, dtype, Op.SUM, NO_DESC, cupy.cuda.Stream.null)
         assert (out.get().view(np.uint8) == POISON).all(), "wrote output after a timeout"
         words = cupy.asnumpy(status)
         assert words[contract.STATE] == contract.TIMED_OUT, words
+        # The first wait is the agreement check's, for rank 1's descriptor of call 1 (step -1).
         assert (words[contract.KIND], words[contract.PEER], words[contract.SEQ], words[contract.STEP]) == (
-            code, 1, 1, 0)
+            code, 1, 1, -1)
         assert 0 <= words[contract.BLOCK] < LAYOUT.blocks
         aborts = np.zeros(2, dtype=np.uint64)
         for r in range(2):

@@ -21,7 +21,7 @@ def test_host_cases_and_profile(world: MPI.Intracomm, capsys: pytest.CaptureFixt
         return
     assert f"1 KiB float32 sum, {world.size} rank(s), host arrays, median of 2 rounds of 20 calls" in out
     assert "# oneshot: n/a (algorithm 'oneshot' reduces GPU arrays" in out
-    for label in ("np.copyto", "ring (check on)", "mpi (check on)", "ring (check off)", "mpi (check off)"):
+    for label in ("np.copyto", "ring (check gpu)", "mpi (check gpu)", "ring (check off)", "mpi (check off)"):
         line = next(x for x in out.splitlines() if x.strip().startswith(label))
         median, low, high = map(float, re.search(r"(\d+\.\d+) us\s+\((\d+\.\d+)-(\d+\.\d+)\)$",
                                                  line).groups())

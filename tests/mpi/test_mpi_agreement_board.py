@@ -23,7 +23,7 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
     those calls and writes nothing, and every other call is exact."""
     size, me = world.size, world.rank
     with mpiring.Communicator(world, gpu=False, timeout=60.0) as comm:
-        assert (comm._agreement._lines is not None) == (comm.topology.nodes == 1)
+        assert (comm._check.agreement._lines is not None) == (comm.topology.nodes == 1)
         plan = np.random.default_rng(2026)  # the same sequence on every rank
         mine = np.random.default_rng(100 + me)  # stragglers differ per rank
         for k in range(CALLS):

@@ -326,7 +326,7 @@ def test_agreement_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> Non
     skip = size // 2
     comm = new_comm(world, timeout=0.5)
     problems = reduce_and_check(comm, np.dtype(np.int32), Op.MAX, 777, "out", seed=4, label="warm-up")
-    call = comm._agreement.calls + 1
+    call = comm._check.agreement.calls + 1
     if me == skip:
         problems += late_close(comm, 1.5)
     else:

@@ -30,6 +30,7 @@
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
 #include "sync.cuh"      // st_release, ld_acquire, clock_ns, give_up
+#include "agree.cuh"     // gpu_call, post_descriptor, agree, finish
 
 #define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
 __device__ __forceinline__ long long lmin(long long a, long long b) { return a < b ? a : b; }
@@ -145,24 +146,37 @@ __device__ __forceinline__ void last_seq(const Ctl* c, u64 seq) {
 
 template <class T, class Op>
 __global__ void __launch_bounds__(DIRECT_THREADS) oneshot(const typename T::S* in, typename T::S* out, long long n,
-                                               const Ctl* __restrict__ c, int vec) {
+                                               const Ctl* __restrict__ c, int vec, u64 d0, u64 d1) {
   typedef typename T::S S;
+  const GpuCall g = gpu_call(c);
+  post_descriptor(c, g, d0, d1);                // 0. this call's descriptor to every peer
   const u64 seq = first_seq(c) + 1;
   const int me = c->rank, size = c->size, par = (int)(seq & 1);
   const long long row = (n + 16 / sizeof(S) - 1) / (16 / sizeof(S)) * (16 / sizeof(S));
   for (int r = 0; r < size; ++r)                // 1. my input into row me of every peer's slot
     if (r != me) copy_range<S>((S*)c->oneshot[r][par] + me * row, true, in, vec, false, n);
-  if (barrier(c, seq, ST_KIND_ONESHOT, 0)) return;
-  const S* srcs[MAXR];                          // 2. reduce the rows of my slot, in rank order
-  for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][par] + r * row;
-  reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
-  last_seq(c, seq);
+  const int verdict = agree(c, g, d0, d1, ST_KIND_ONESHOT, true);
+  if (verdict == VERDICT_STOPPED) return;
+  if (verdict == VERDICT_AGREED) {
+    if (barrier(c, seq, ST_KIND_ONESHOT, 0)) return;
+    const S* srcs[MAXR];                        // 2. reduce the rows of my slot, in rank order
+    for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][par] + r * row;
+    reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
+    last_seq(c, seq);
+  }
+  finish(c, g);
 }
 
 template <class T, class Op>
 __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* in, typename T::S* out, long long n,
-                                               const Ctl* __restrict__ c, int vec) {
+                                               const Ctl* __restrict__ c, int vec, u64 d0, u64 d1) {
   typedef typename T::S S;
+  const GpuCall g = gpu_call(c);
+  post_descriptor(c, g, d0, d1);                // this call's descriptor to every peer
+  if (n == 0) {                                 // no chunk: check the (empty) call all the same
+    if (agree(c, g, d0, d1, ST_KIND_TWOSHOT, true) != VERDICT_STOPPED) finish(c, g);
+    return;
+  }
   u64 seq = first_seq(c);
   const int me = c->rank, size = c->size;
   const long long V = 16 / sizeof(S);
@@ -175,6 +189,11 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
     for (int s = 0; s < size; ++s) {            // 1. shard s of my input into row me of rank s
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>((S*)c->twoshot_in[s] + me * shard, true, in + base + lo, vec, false, len);
+    }
+    if (k == 0) {                               // the whole call is checked before its first barrier
+      const int verdict = agree(c, g, d0, d1, ST_KIND_TWOSHOT, true);
+      if (verdict == VERDICT_STOPPED) return;
+      if (verdict == VERDICT_SKIP) { finish(c, g); return; }
     }
     if (barrier(c, ++seq, ST_KIND_TWOSHOT, 2 * k)) return;
     {                                             // 2. reduce my shard, push it to every peer
@@ -193,4 +212,5 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
     }
   }
   last_seq(c, seq);
+  finish(c, g);
 }

@@ -7,22 +7,19 @@
 // peer's slot, then waits line by line for the peers' rows of its own slot and reduces each
 // line as soon as it is complete, in rank order 0..n-1 (bit-identical results on every rank).
 //
-// Call numbers. ll_state[0] counts this rank's completed calls (equal on every rank: the
-// calls are collective); call c uses slot c % 2 and flag (uint32)c, never 0 (0 is "empty").
-// The block that finishes last advances the count (a finished-block counter in ll_state[1]),
-// so every block of a launch reads the same c, whatever the grid. The count lives in device
-// memory, so launches replay in a CUDA graph.
+// Call numbers and slots are the agreement check's (agree.cuh): call c uses slot c % 2 and
+// flag (uint32)c; the count lives on the GPU, so launches replay in a CUDA graph.
 //
-// Reuse without barriers. A reader clears every line (and header) it consumed, so a slot is
-// all zeros again when its call ends. Rank p writes into slot s of rank q at call c + 2 only
-// after its call c + 1 completed, which needed q's lines of call c + 1, which q pushes only
-// after its call c (stream order) finished reading and clearing slot s. So a writer always
-// finds the lines it writes empty, and a reader never sees a line of another call.
+// Reuse without barriers. A reader clears every line it consumed, so a slot is all zeros again
+// when its call ends. Rank p writes into slot s of rank q at call c + 2 only after its call
+// c + 1 completed, which needed q's header of call c + 1, which q posts only after its call c
+// (stream order) finished reading and clearing slot s. So a writer always finds the lines it
+// writes empty, and a reader never sees a line of another call. A call skipped because the
+// ranks disagree clears the lines its peers pushed too (agree.cuh, step 2).
 //
-// Agreement. Block 0 also stores a header line into every peer: this call's descriptor (count,
-// dtype, op, algorithm, collective; packed by the launcher). Every block checks every peer's
-// header before it touches any data line: a peer that disagrees makes every rank report
-// ST_MISMATCH (with both descriptors) and return without writing output.
+// Agreement. The call's descriptor travels in the header lines (agree.cuh); every block checks
+// every peer's before it writes any output: on a difference no rank writes output, and the
+// communicator stays usable.
 //
 // No wait is unbounded: as in direct.cu, a waiting thread reads the clock and the abort word
 // every 256 spins (give_up in sync.cuh). Output lines are written per line once complete, so
@@ -31,37 +28,7 @@
 #include "types.cuh"
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, LL_THREADS, LL_LINES, struct Ctl
-#include "sync.cuh"      // give_up
-
-typedef unsigned int u32;
-
-__device__ __forceinline__ void st_line(u64* p, u64 a, u64 b) {
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" :: "l"(p), "l"(a), "l"(b) : "memory");
-}
-__device__ __forceinline__ void ld_line(const u64* p, u64& a, u64& b) {
-  asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-
-// Line l of source `src`'s row in rank `at`'s slot `par` (as mapped here), and its header.
-__device__ __forceinline__ u64* line_of(const Ctl* c, int at, int par, int src, long long l) {
-  return (u64*)(c->ll[at][par] + (u64)src * (u64)c->ll_row_bytes) + 2 * l;
-}
-__device__ __forceinline__ u64* header_of(const Ctl* c, int at, int par, int src) {
-  return (u64*)c->ll_headers[at] + 2 * (par * MAXR + src);
-}
-
-// Wait until the line at p carries `flag` in both halves; returns its 8 payload bytes, or
-// sets *stop (the communicator was aborted, or this wait timed out: see give_up).
-__device__ __forceinline__ u64 wait_line(const Ctl* c, const u64* p, u32 flag, int src, u64 call, u64* since,
-                                         bool* stop) {
-  u64 a, b;
-  for (unsigned spins = 1;; ++spins) {
-    ld_line(p, a, b);
-    if ((u32)(a >> 32) == flag && (u32)(b >> 32) == flag) break;
-    if (spins % 256 == 0 && give_up(c, since, ST_KIND_ONESHOT_LL, src, call, 0)) { *stop = true; return 0; }
-  }
-  return (a & 0xffffffffull) | (b << 32);
-}
+#include "agree.cuh"     // gpu_call, post_descriptor, agree, finish, line primitives
 
 // The 8 bytes of line l (elements [l*V, l*V + V) of len): one 64-bit access where p allows
 // (vec) and the line is whole, else element by element (zeros past the end).
@@ -84,22 +51,16 @@ template <class S> __device__ __forceinline__ void store8(S* p, long long l, lon
 
 template <class T, class Op>
 __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in, typename T::S* out, long long n,
-                                                  const Ctl* __restrict__ c, int vec, u64 desc) {
+                                                  const Ctl* __restrict__ c, int vec, u64 d0, u64 d1) {
   typedef typename T::S S;
-  u64* state = (u64*)c->ll_state;
-  __shared__ u64 shared_call;
-  if (threadIdx.x == 0) shared_call = *(volatile u64*)state + 1;
-  __syncthreads();
-  const u64 call = shared_call;
-  const int me = c->rank, size = c->size, par = (int)(call & 1);
-  const u32 flag = (u32)call ? (u32)call : 1u;
-  const u64 tag = (u64)flag << 32;
+  const GpuCall g = gpu_call(c);
+  const int me = c->rank, size = c->size, t = threadIdx.x;
+  const u64 tag = (u64)g.flag << 32;
   const long long lines = (n + 8 / sizeof(S) - 1) / (8 / sizeof(S));
-  const int t = threadIdx.x;
 
-  // 1. This call's header, then my lines, into row `me` of every peer's slot `par`.
-  if (blockIdx.x == 0 && t < size && t != me)
-    st_line(header_of(c, t, par, me), tag | (desc & 0xffffffffull), tag | (desc >> 32));
+  // 1. This call's descriptor, then my lines, into row `me` of every peer's slot. The lines go
+  // out before the check, unconditionally: a peer that disagrees waits for them to clear them.
+  post_descriptor(c, g, d0, d1);
   const long long first = (long long)blockIdx.x * LL_THREADS * LL_LINES + t;
   u64 mine[LL_LINES];
 #pragma unroll
@@ -108,47 +69,33 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
     if (l >= lines) break;
     mine[k] = load8(in, l, n, vec);
     for (int r = 0; r < size; ++r)
-      if (r != me) st_line(line_of(c, r, par, me, l), tag | (mine[k] & 0xffffffffull), tag | (mine[k] >> 32));
+      if (r != me) st_payload(line_of(c, r, g.par, me, l), tag, mine[k]);
   }
 
-  // 2. Every peer's header: the same call? (thread t waits for rank t)
-  u64 since = 0;
-  bool stop = false;
-  int bad = 0;
-  if (t < size && t != me) {
-    const u64 theirs = wait_line(c, header_of(c, me, par, t), flag, t, call, &since, &stop);
-    if (!stop && theirs != desc) {
-      report((long long*)c->status, ST_MISMATCH, ST_KIND_ONESHOT_LL, t, call, 0, (long long)theirs, (long long)desc);
-      bad = 1;
-    }
-  }
-  if (__syncthreads_or(bad || stop)) return;
-
-  // 3. My lines: every rank's row in rank order, reduced, stored; the rows' lines cleared.
+  // 2. Every peer's descriptor: the same call? (agree.cuh)
+  const int verdict = agree(c, g, d0, d1, ST_KIND_ONESHOT_LL, true);
+  if (verdict == VERDICT_STOPPED) return;
+  if (verdict == VERDICT_AGREED) {
+    // 3. My lines: every rank's row in rank order, reduced, stored; the rows' lines cleared.
+    u64 since = 0;
+    bool stop = false;
 #pragma unroll
-  for (int k = 0; k < LL_LINES; ++k) {
-    const long long l = first + (long long)k * LL_THREADS;
-    if (l >= lines) break;
-    Pack<T, u64> acc;  // a line's 8 payload bytes, widened
-    for (int r = 0; r < size; ++r) {
-      const u64 v = (r == me) ? mine[k] : wait_line(c, line_of(c, me, par, r, l), flag, r, call, &since, &stop);
-      if (stop) return;
-      if (r == 0) acc.load(v); else acc.template fold<Op>(v);
-    }
-    store8(out, l, n, vec, acc.store());
-    for (int r = 0; r < size; ++r)
-      if (r != me) st_line(line_of(c, me, par, r, l), 0ull, 0ull);
-  }
-
-  // 4. The last block to finish clears the headers it read and advances the call count.
-  __syncthreads();
-  if (t == 0) {
-    __threadfence();
-    if (atomicAdd((unsigned long long*)&state[1], 1ull) == gridDim.x - 1) {
+    for (int k = 0; k < LL_LINES; ++k) {
+      const long long l = first + (long long)k * LL_THREADS;
+      if (l >= lines) break;
+      Pack<T, u64> acc;  // a line's 8 payload bytes, widened
+      for (int r = 0; r < size; ++r) {
+        const u64 v = (r == me) ? mine[k]
+                                : wait_line(c, line_of(c, me, g.par, r, l), g.flag, ST_KIND_ONESHOT_LL, r, g.call,
+                                            &since, &stop);
+        if (stop) return;
+        if (r == 0) acc.load(v); else acc.template fold<Op>(v);
+      }
+      store8(out, l, n, vec, acc.store());
       for (int r = 0; r < size; ++r)
-        if (r != me) st_line(header_of(c, me, par, r), 0ull, 0ull);
-      state[1] = 0;
-      *(volatile u64*)state = call;
+        if (r != me) st_line(line_of(c, me, g.par, r, l), 0ull, 0ull);
     }
   }
+  // 4. The last block to finish clears the headers and advances the call count.
+  finish(c, g);
 }
