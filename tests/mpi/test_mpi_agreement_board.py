@@ -55,3 +55,76 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
                 assert np.array_equal(out, want), f"call {k}"
                 continue
             assert (out == -99).all(), f"call {k}: the output was written"
+
+
+def _gpu_check(world: MPI.Intracomm):
+    """The host side of the GPU-side check, on host ranks: an AgreementCheck whose "oneshot"
+    calls (a GPU-checked code) are only posted, and a notify that records what it is sent."""
+    from mpiring.agreement import FIELDS
+
+    comm = mpiring.Communicator(world, gpu=False, timeout=60.0)
+    check = comm._check.agreement
+    if check._lines is None:
+        comm.close()
+        pytest.skip("several (virtual) nodes: no row checks on the GPU there")
+    sent: list[tuple[int, int]] = []
+    check.gpu_codes = frozenset({mpiring.algorithms.get("oneshot").code})
+    check.notify = sent.append
+
+    def values(algorithm: str, count: int) -> dict[str, int]:
+        v = dict.fromkeys(FIELDS, 0)
+        v.update(count=count, dtype=1, op=1, algorithm=mpiring.algorithms.get(algorithm).code,
+                 memory=int(mpiring.buffers.Memory.CUDA), collective=1)
+        return v
+
+    return comm, check, sent, values
+
+
+def test_posted_and_host_checked_calls_share_the_board(world: MPI.Intracomm) -> None:
+    """Calls the GPU checks (posted, no wait) and calls checked on the host alternate at random,
+    the same on every rank, with stragglers: a posting rank runs ahead at most 3 calls, no host
+    check ever sees a line of another call (no false mismatch), and no notice is sent."""
+    comm, check, sent, values = _gpu_check(world)
+    plan, mine = np.random.default_rng(7), np.random.default_rng(50 + world.rank)
+    with comm:
+        for k in range(CALLS):
+            count = int(plan.integers(1, 1000))
+            if mine.random() < 0.01:
+                time.sleep(mine.random() * 2e-3)
+            if plan.random() < 0.7:
+                check.post(values("oneshot", count))
+                lead = check.calls - min(check.board.read(r, 8) for r in range(check.board.size))
+                assert lead <= 3, f"call {k}: {lead} calls ahead of the slowest rank"
+            else:
+                check.run(False, values("ring", count))
+        assert not sent
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_host_checked_rank_notices_a_peer_whose_kernel_waits(world: MPI.Intracomm) -> None:
+    """The last rank's call is checked on the host (the ring, or arguments it rejected) while the
+    others' are posted for their kernels (oneshot): the last rank raises at once and sends a
+    notice (DISAGREED with its own fields, or REJECTED), the others do not wait; calls after
+    it agree again."""
+    from mpiring import descriptor
+
+    comm, check, sent, values = _gpu_check(world)
+    last = world.rank == world.size - 1
+    with comm:
+        for case in ("other row", "rejected", "other row"):
+            if not last:
+                check.post(values("oneshot", 100))
+            elif case == "rejected":  # returns: the caller raises its own, more precise error
+                check.run(True, dict.fromkeys(values("ring", 0), 0))
+            else:
+                with pytest.raises(RankMismatchError, match="algorithm"):
+                    check.run(False, values("ring", 100))
+            for _ in range(5):  # the next calls agree, posted and on the host alike
+                check.post(values("oneshot", 7))
+                check.run(False, values("ring", 9))
+        if last:
+            kinds = [descriptor.unpack(d)["kind"] for d in sent]
+            assert kinds == [descriptor.DISAGREED, descriptor.REJECTED, descriptor.DISAGREED]
+            assert descriptor.unpack(sent[0])["algorithm"] == mpiring.algorithms.get("ring").code
+        else:
+            assert not sent
