@@ -20,7 +20,7 @@ The numbers are mirrored in ``csrc/agree.cuh``; ``tests/test_cuda_contract.py`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 CALL, REJECTED, DISAGREED = 0, 1, 2  # DESC_CALL, DESC_REJECTED, DESC_DISAGREED in agree.cuh
 KINDS = {CALL: "call", REJECTED: "rejected", DISAGREED: "disagreed"}
@@ -53,7 +53,7 @@ def pack(values: Mapping[str, int], itemsize: int, kind: int = CALL) -> Descript
     return count, _signed(word1)
 
 
-def unpack(words: Descriptor) -> dict[str, int]:
+def unpack(words: Descriptor | Sequence[int]) -> dict[str, int]:
     """The fields of :func:`pack`'s words (signed or not), by name."""
     word0, word1 = (int(w) & ((1 << 64) - 1) for w in words)
     fields = {"count": word0}
