@@ -42,11 +42,6 @@ class CallCheck:
         self.agreement, self._fail = agreement, fail
         self._gpu: GpuBackend | None = None
 
-    @property
-    def on_gpu(self) -> bool:
-        """Whether calls of ``gpu_check`` rows are checked by their kernels here."""
-        return self._gpu is not None
-
     def use_gpu(self, gpu: GpuBackend, mode: str) -> None:
         """Check on the GPU where ``mode`` asks for it and this communicator can (one node)."""
         if mode == GPU_CHECK and self.agreement.posts:

@@ -397,4 +397,3 @@ class Communicator:
         state = "closed" if self._closed else ("failed" if self._failed else "open")
         where = f"{getattr(self, 'rank', '?')}/{getattr(self, 'size', '?')}"
         return f"<mpiring.Communicator rank {where} {state}>"
-

@@ -31,20 +31,10 @@
 #include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
 #include "sync.cuh"      // st_release, ld_acquire, clock_ns, give_up
 #include "agree.cuh"     // gpu_call, post_descriptor, agree, finish
+#include "words.cuh"     // ldcg, load_word, store_word
 
 #define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
 __device__ __forceinline__ long long lmin(long long a, long long b) { return a < b ? a : b; }
-
-__device__ __forceinline__ uint4 ldcg(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-template <class S> __device__ __forceinline__ S ldcg(const S* p) {
-  if constexpr (sizeof(S) == 2) { unsigned short v; asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
-  else if constexpr (sizeof(S) == 4) { unsigned v; asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
-  else { u64 v; asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p)); return *reinterpret_cast<S*>(&v); }
-}
 
 // Block b of every rank meets block b of every other rank (see the module docstring): thread
 // t < size waits for rank t. Returns true, in every thread of the block, if the kernel must
@@ -65,25 +55,6 @@ __device__ __forceinline__ bool barrier(const Ctl* c, u64 seq, int kind, int ste
   return __syncthreads_or(stop);
 }
 
-// Word w (16 bytes) of a range of len elements at p. "vec": p allows 16-byte accesses;
-// "peer": the data was written by another GPU (L2-only loads). Partial words move element-wise.
-template <class S> __device__ __forceinline__ uint4 load_word(const S* p, long long w, long long len, bool vec, bool peer) {
-  const int V = 16 / sizeof(S);
-  const long long i0 = w * V;
-  if (vec && i0 + V <= len) return peer ? ldcg((const uint4*)p + w) : ((const uint4*)p)[w];
-  uint4 u; u.x = u.y = u.z = u.w = 0u;
-  S* e = reinterpret_cast<S*>(&u);
-  for (int k = 0; k < V && i0 + k < len; ++k) e[k] = peer ? ldcg(p + i0 + k) : p[i0 + k];
-  return u;
-}
-template <class S> __device__ __forceinline__ void store_word(S* p, long long w, long long len, bool vec, uint4 u) {
-  const int V = 16 / sizeof(S);
-  const long long i0 = w * V;
-  if (vec && i0 + V <= len) { ((uint4*)p)[w] = u; return; }
-  const S* e = reinterpret_cast<const S*>(&u);
-  for (int k = 0; k < V && i0 + k < len; ++k) p[i0 + k] = e[k];
-}
-
 #define GRID_THREAD const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long long)gridDim.x * blockDim.x
 
 // dst[0:len] = src[0:len], word by word.
@@ -95,7 +66,7 @@ __device__ __forceinline__ void copy_range(S* dst, bool dst_vec, const S* src, b
     uint4 u[UNROLL];
 #pragma unroll
     for (int h = 0; h < UNROLL; ++h)
-      if (w + h * stride < nw) u[h] = load_word(src, w + h * stride, len, src_vec, src_peer);
+      if (w + h * stride < nw) u[h] = load_word<uint4>(src, w + h * stride, len, src_vec, src_peer);
 #pragma unroll
     for (int h = 0; h < UNROLL; ++h)
       if (w + h * stride < nw) store_word(dst, w + h * stride, len, dst_vec, u[h]);
@@ -118,7 +89,7 @@ __device__ __forceinline__ void reduce_range(typename T::S* out, bool vec, const
 #pragma unroll
       for (int r = 0; r < MAXR; ++r)
         if (r < n && w + h * stride < nw)
-          u[h][r] = load_word(srcs[r], w + h * stride, len, r == me ? vec : true, r != me);
+          u[h][r] = load_word<uint4>(srcs[r], w + h * stride, len, r == me ? vec : true, r != me);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const long long k = w + h * stride;

@@ -29,25 +29,7 @@
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, LL_THREADS, LL_LINES, struct Ctl
 #include "agree.cuh"     // gpu_call, post_descriptor, agree, finish, line primitives
-
-// The 8 bytes of line l (elements [l*V, l*V + V) of len): one 64-bit access where p allows
-// (vec) and the line is whole, else element by element (zeros past the end).
-template <class S> __device__ __forceinline__ u64 load8(const S* p, long long l, long long len, bool vec) {
-  const int V = 8 / sizeof(S);
-  const long long i0 = l * V;
-  if (vec && i0 + V <= len) return ((const u64*)p)[l];
-  u64 u = 0;
-  S* e = reinterpret_cast<S*>(&u);
-  for (int k = 0; k < V && i0 + k < len; ++k) e[k] = p[i0 + k];
-  return u;
-}
-template <class S> __device__ __forceinline__ void store8(S* p, long long l, long long len, bool vec, u64 u) {
-  const int V = 8 / sizeof(S);
-  const long long i0 = l * V;
-  if (vec && i0 + V <= len) { ((u64*)p)[l] = u; return; }
-  const S* e = reinterpret_cast<const S*>(&u);
-  for (int k = 0; k < V && i0 + k < len; ++k) p[i0 + k] = e[k];
-}
+#include "words.cuh"     // load_word, store_word: a line's 8 payload bytes
 
 template <class T, class Op>
 __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in, typename T::S* out, long long n,
@@ -67,7 +49,7 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
   for (int k = 0; k < LL_LINES; ++k) {
     const long long l = first + (long long)k * LL_THREADS;
     if (l >= lines) break;
-    mine[k] = load8(in, l, n, vec);
+    mine[k] = load_word<u64>(in, l, n, vec);
     for (int r = 0; r < size; ++r)
       if (r != me) st_payload(line_of(c, r, g.par, me, l), tag, mine[k]);
   }
@@ -91,7 +73,7 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
         if (stop) return;
         if (r == 0) acc.load(v); else acc.template fold<Op>(v);
       }
-      store8(out, l, n, vec, acc.store());
+      store_word<u64>(out, l, n, vec, acc.store());
       for (int r = 0; r < size; ++r)
         if (r != me) st_line(line_of(c, me, g.par, r, l), 0ull, 0ull);
     }
