@@ -222,24 +222,34 @@ class AgreementCheck:
         """Whether :meth:`post` can stand in for :meth:`run` here (one node, in the board)."""
         return self._lines is not None
 
-    def post(self, values: dict[str, int]) -> None:
-        """Announce this rank's call, whose kernels check it on the GPU, without waiting for the
-        others (only, bounded, for a rank ``D - 1`` calls behind: see the module docstring)."""
+    @staticmethod
+    def line(values: dict[str, int], code: int = 0) -> np.ndarray:
+        """A rank's descriptor line of one check: its code (rejection) and the call's fields."""
+        return np.array([code, *(values[name] for name in FIELDS)], dtype=np.int64)
+
+    def post(self, line: np.ndarray) -> None:
+        """Announce this rank's call (its :meth:`line`), whose kernels check it on the GPU,
+        without waiting for the others (only, bounded, for a rank ``D - 1`` calls behind: see
+        the module docstring)."""
         self.calls += 1
-        self._write(0, values, None)
+        self._store(line, None)
 
     def _write(self, code: int, values: dict[str, int], algorithm: str | None) -> list[int]:
-        """Write this rank's descriptor of check ``self.calls`` into its board line, then post
-        the count (which fences first); returns the descriptor as written."""
-        board, k, counts = self.board, self.calls, self._counts
-        assert board is not None and counts is not None and self._lines is not None
+        """Write this rank's descriptor of check ``self.calls`` (see :meth:`_store`); returns it."""
+        mine = [code, *(values[name] for name in FIELDS)]
+        self._store(mine, algorithm)
+        return mine
+
+    def _store(self, line: np.ndarray | list[int], algorithm: str | None) -> None:
+        """Write ``line`` into this rank's board line of check ``self.calls``, then post the
+        count (which fences first)."""
+        board, k = self.board, self.calls
+        assert board is not None and self._lines is not None
         last_use = k - len(AGREE) + 1  # every rank must have posted this: then line k % D is free
         if self._all_posted < last_use:
             self._wait_all(last_use, algorithm)
-        mine = [code, *(values[name] for name in FIELDS)]
-        self._lines[k % len(AGREE)][board.rank][:] = mine
+        self._lines[k % len(AGREE)][board.rank][:] = line
         board.post(board.rank, CALLS, k)
-        return mine
 
     def _wait_all(self, count: int, algorithm: str | None) -> None:
         """Wait, bounded, until every rank of the board posted ``count``."""

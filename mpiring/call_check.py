@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from . import algorithms
 from .agreement import FIELDS, AgreementCheck, describe_field
 from .algorithms import Collective
@@ -53,13 +55,23 @@ class CallCheck:
         """The check of one call, before it is enqueued: raises on every rank if a rank rejected
         its arguments or the ranks disagree (unless the call's kernels check it on the GPU)."""
         if gpu_check and not rejected and self._gpu is not None:
-            try:
-                self.agreement.post(values)  # no wait: the kernels compare the calls on the GPU
-            except BaseException as err:
-                self._fail(err)
-                raise
+            self.post(self.agreement.line(values))  # no wait: the kernels compare the calls on the GPU
             return
         self.host(rejected, values)
+
+    def post(self, line: np.ndarray) -> None:
+        """Announce a call whose kernels check it on the GPU (its descriptor ``line``:
+        :meth:`AgreementCheck.line`; a replay packs it once); a timeout fails the communicator."""
+        try:
+            self.agreement.post(line)
+        except BaseException as err:
+            self._fail(err)
+            raise
+
+    def posts(self, gpu_check: bool) -> bool:
+        """Whether :meth:`before` only posts a call (no wait) whose row checks on the GPU as
+        ``gpu_check`` says: what a replayed call may do (:mod:`mpiring.replay`)."""
+        return gpu_check and self._gpu is not None
 
     def host(self, rejected: bool, values: dict[str, int]) -> None:
         """The host check; a timeout fails the communicator (its allreduce stays pending)."""

@@ -23,14 +23,12 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from mpi4py import MPI
 
-from . import algorithms, cuda
 from . import tuning as auto_tuning
-from .agreement import FIELDS, AgreementCheck, all_ranks, join
+from .agreement import FIELDS, join
 from .algorithms import Collective
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
 from .buffers import Memory
-from .call_check import CallCheck
 from .consensus import REJECTED
 from .control import ControlBoard
 from .cuda.streams import torch_stream
@@ -41,17 +39,17 @@ from .errors import (
     InvalidArgumentError,
     MpiringError,
     SetupError,
-    UnavailableError,
 )
 from .groups import Groups, make_groups
-from .lifetime import release
-from .options import DEFAULT_HOST_SLOT_BYTES, Options, check_comm, empty_like
+from .lifetime import release, set_up
+from .options import Options, check_comm, empty_like
+from .replay import Key, Replay, Replays
 from .signals import Watch
 from .topology import Topology
-from .transports.host import slot_bytes_for
 
 if TYPE_CHECKING:
     from .backends.gpu import GpuBackend
+    from .call_check import CallCheck
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +96,8 @@ class Communicator:
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
         self._watch = Watch()
+        self._replays = Replays(None)  # keyed on CuPy arrays once the GPU backend exists
+        self._check: CallCheck  # made by set_up, with the board
         base = MPI.COMM_WORLD if comm is None else comm
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
         rejected: InvalidArgumentError | None = None
@@ -120,7 +120,7 @@ class Communicator:
         self._gpu: GpuBackend | None = None
         try:
             self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
-            host = self._set_up(groups, gpu, device, opts.slot_bytes, inter)
+            host = set_up(self, groups, gpu, device, opts.slot_bytes, inter)
             buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
             self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
@@ -152,35 +152,6 @@ class Communicator:
         """The table auto uses here, its machine key and origin; ``.describe()``: in one line."""
         return self._tuning
 
-    def _set_up(self, groups: Groups, gpu: bool | None, device: int | None, slot_bytes: int | None,
-                inter: str) -> HostBackend:
-        """Collective set-up on every rank: control board, backends (per node); returns the host
-        backend (the GPU one, if any, is ``self._gpu``)."""
-        host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
-        self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
-        self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
-        # After the board: the check counts its calls there, to name missing ranks.
-        agreement = AgreementCheck(self.comm, self.timeout, self.board.shared, algorithms.name_of_code,
-                                   lambda c: Collective(c).label, groups.node_ranks)
-        self._check = CallCheck(agreement, self._fail)
-        board = self.board  # every host wait polls the peers' failure marks and the call's deadline
-        self._watch.check = lambda: board.check_peers(self.rank)
-        for waiter in (host.waiter, host.transport.waiter, agreement.waiter):
-            if waiter is not None:
-                waiter.watch = self._watch
-        here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
-        # Every rank must take the same branch: set-up below is collective.
-        use_gpu = all_ranks(self.comm, here, self.timeout, "decide whether to use GPUs")
-        if gpu and not use_gpu:
-            why = (f"this rank cannot: {cuda.unavailable_reason()}" if not here else
-                   "another rank cannot (its error says why)")
-            raise UnavailableError(f"gpu=True but not every rank can use a GPU; {why}")
-        if use_gpu:
-            from .backends.gpu import GpuBackend
-
-            self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
-            self._check.use_gpu(self._gpu, self.check_mode)
-        return host
 
     # -- failure state -----------------------------------------------------------------
 
@@ -280,17 +251,41 @@ class Communicator:
         if not self._lock.acquire(False):
             raise self._busy(collective.label)
         try:
+            key = self._replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
+            replay = self._replays.get(key)
+            if replay is not None and self._replay(replay):  # a shape seen before (mpiring.replay)
+                return
             stream = torch_stream(recvbuf) if self._gpu is not None else None
             if stream is None:
-                self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+                self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
             else:  # a torch tensor: order the call on torch's current stream (mpiring.cuda.streams)
                 with stream:
-                    self._run(collective, sendbuf, recvbuf, op, algorithm, batches)
+                    self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
         finally:
             self._lock.release()
 
+    def _replay(self, replay: Replay) -> bool:
+        """What :meth:`_run` would do for this call's shape, without deciding anything afresh.
+        False (nothing done): the full path must run it (a capture began; closed or failed)."""
+        if self._failed or self._closed or (replay.capturing is not None and replay.capturing()):
+            return False
+        self._usable()
+        if replay.line is not None:  # the check's post (one node, the row checks on the GPU)
+            self._watch.deadline = time.monotonic() + self.timeout
+            try:
+                self._check.post(replay.line)
+            finally:
+                self._watch.deadline = None
+        try:
+            replay.enqueue()
+        except BaseException as err:  # as in _run: peers' sequence numbers no longer match
+            self._fail(err)
+            raise
+        self._check.after()
+        return True
+
     def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
-             algorithm: str | None, batches: int | None) -> None:
+             algorithm: str | None, batches: int | None, key: Key | None = None) -> None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
@@ -302,7 +297,8 @@ class Communicator:
             except Exception as err:  # any local failure must reach the peers, or they hang
                 rejected = err
             gpu_check = rejected is None and prepared.row.gpu_check
-            if self.check and self.size > 1:  # one rank has no one to disagree with
+            checked = self.check and self.size > 1  # one rank has no one to disagree with
+            if checked:
                 self._check.before(rejected is not None, values, gpu_check)
             if rejected is not None:
                 raise rejected
@@ -314,6 +310,9 @@ class Communicator:
             except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
                 self._fail(err)
                 raise
+            if key is not None:  # later calls of this shape may replay it (mpiring.replay)
+                host_checked = checked and not self._check.posts(gpu_check)
+                self._replays.keep(key, collective, prepared, checked, host_checked)
         finally:
             self._watch.deadline = None
         self._check.after()  # after this call is enqueued: what the GPU check found earlier

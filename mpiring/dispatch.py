@@ -57,6 +57,7 @@ class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immuta
     run: Run  # the row's entry for the collective
     backend: Backend
     values: dict[str, int]  # what the agreement check compares
+    ask_capture: bool  # whether a capture begun since could change the row (see Dispatcher.row)
 
 
 class Dispatcher:
@@ -115,7 +116,7 @@ class Dispatcher:
                 if plan.row.lazy:  # it runs now, outside a capture: its resources get made
                     self._made.add(plan.row.name)
         call = Call(None if plan.in_place else send, recv, plan.op, nb, plan.desc)
-        return Prepared(call, plan.row, plan.run, plan.backend, plan.values)
+        return Prepared(call, plan.row, plan.run, plan.backend, plan.values, plan.ask_capture)
 
     def _plan(self, collective: Collective, send: Buffer, recv: Buffer, in_place: bool, the_op: Op,
               algorithm: str | None, nb: int | None) -> Plan:

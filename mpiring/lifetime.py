@@ -1,13 +1,58 @@
-"""Freeing what a communicator's set-up made, in reverse order (the body of ``close()``)."""
+"""What a communicator holds: made by :func:`set_up` (in ``__init__``), freed by :func:`release`
+(the body of ``close()``), in reverse order."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import MpiringError, PeerFailedError
+from . import algorithms, cuda
+from .agreement import AgreementCheck, all_ranks
+from .algorithms import Collective
+from .backends.host import HostBackend
+from .call_check import CallCheck
+from .control import ControlBoard
+from .errors import MpiringError, PeerFailedError, UnavailableError
+from .options import DEFAULT_HOST_SLOT_BYTES
+from .replay import Replays
+from .transports.host import slot_bytes_for
 
 if TYPE_CHECKING:
     from .communicator import Communicator
+    from .groups import Groups
+
+
+def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | None,
+           slot_bytes: int | None, inter: str) -> HostBackend:
+    """Collective set-up on every rank, once its groups are known (part of ``__init__``): the
+    control board, the agreement check, the backends (per node); returns the host backend
+    (the GPU one, if any, is ``self._gpu``)."""
+    host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
+    self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
+    self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
+    # After the board: the check counts its calls there, to name missing ranks.
+    agreement = AgreementCheck(self.comm, self.timeout, self.board.shared, algorithms.name_of_code,
+                               lambda c: Collective(c).label, groups.node_ranks)
+    self._check = CallCheck(agreement, self._fail)
+    board = self.board  # every host wait polls the peers' failure marks and the call's deadline
+    self._watch.check = lambda: board.check_peers(self.rank)
+    for waiter in (host.waiter, host.transport.waiter, agreement.waiter):
+        if waiter is not None:
+            waiter.watch = self._watch
+    here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
+    # Every rank must take the same branch: set-up below is collective.
+    use_gpu = all_ranks(self.comm, here, self.timeout, "decide whether to use GPUs")
+    if gpu and not use_gpu:
+        why = (f"this rank cannot: {cuda.unavailable_reason()}" if not here else
+               "another rank cannot (its error says why)")
+        raise UnavailableError(f"gpu=True but not every rank can use a GPU; {why}")
+    if use_gpu:
+        from .backends.gpu import GpuBackend
+
+        self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
+        self._check.use_gpu(self._gpu, self.check_mode)
+        self._replays = Replays.for_cupy()
+    return host
+
 
 
 def release(self: Communicator, peers_failed_too: bool = False) -> None:
@@ -16,6 +61,7 @@ def release(self: Communicator, peers_failed_too: bool = False) -> None:
     After a failure (here or on a peer) nothing waits for peers: they may be gone; unless
     ``peers_failed_too`` (every rank met the same set-up error), when the control board is
     closed with the usual bounded handshake."""
+    self._replays.clear()  # their launches name staging that is about to go
     peers = self.board.failed_peers() if self.board is not None else []
     failed = (self._failed is not None and not peers_failed_too) or bool(peers)
     error: MpiringError | None = None

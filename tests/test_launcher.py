@@ -55,3 +55,23 @@ def test_the_kernels_signatures_pack() -> None:
 def test_an_unknown_parameter_kind_is_refused() -> None:
     with pytest.raises(KeyError):
         PackedLaunch(("float",), 32, driver_launch=Driver(()))
+
+
+@given(st.data())
+def test_a_bound_launch_replays_its_own_arguments(data) -> None:
+    """Each BoundLaunch packs its arguments once into a buffer of its own: launches of several
+    bound ones, interleaved with packed launches, each hand the driver exactly their values."""
+    params = tuple(data.draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=8)))
+    driver = Driver(params)
+    launch = PackedLaunch(params, 512, driver_launch=driver)
+    bound = []
+    for function in range(3):
+        args = [data.draw(KINDS[p][1]) for p in params]
+        bound.append((launch.bind(100 + function, 5 + function, *args), function, args))
+    for _ in range(2):
+        for one, function, args in bound:
+            other = [data.draw(KINDS[p][1]) for p in params]
+            launch(7, 1, 3, *other)  # the shared buffer, rewritten between replays
+            one(55)
+            assert driver.launches[-1] == ((100 + function, 5 + function, 1, 1, 512, 1, 1, 0, 55, 0), args)
+            assert driver.launches[-2] == ((7, 1, 1, 1, 512, 1, 1, 0, 3, 0), other)

@@ -76,6 +76,9 @@ Limit = Callable[["Backend"], "int | None"]
 Batches = Callable[["Backend", int, np.dtype, "int | None"], int]
 # Extra argument checks of one algorithm: raise InvalidArgumentError naming the problem.
 Check = Callable[["Backend", Call], None]
+# The call's allreduce with every argument fixed: calling the result enqueues it again, on the
+# caller's stream (the eager fast path, mpiring.replay).
+Bind = Callable[["Backend", Call], Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,10 @@ class Algorithm:
             pick it only once it ran outside a capture.
         gpu_check: its kernels check on the GPU that every rank runs the same call
             (``csrc/agree.cuh``), so the agreement check does not wait on the host for it.
+        bind: ``bind(backend, call)``: its allreduce of ``call`` with every argument fixed, as
+            a callable that enqueues that allreduce again (on the caller's stream) and does
+            exactly what ``run(backend, call)`` would: the eager fast path replays it for
+            later calls of the same shape (:mod:`mpiring.replay`). None: every call runs ``run``.
     """
 
     name: str
@@ -128,6 +135,7 @@ class Algorithm:
     nccl: bool = False
     lazy: bool = False
     gpu_check: bool = False
+    bind: Bind | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

@@ -17,6 +17,7 @@ same call before it writes any output (``gpu_check``: ``csrc/agree.cuh``). The k
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .base import GPU, Algorithm, Call
@@ -37,6 +38,18 @@ def run_oneshot_ll(backend: Backend, call: Call) -> None:
     backend.run_oneshot_ll(call)
 
 
+def bind_oneshot(backend: Backend, call: Call) -> Callable[[], None]:
+    return backend.bind_direct("oneshot", call)
+
+
+def bind_twoshot(backend: Backend, call: Call) -> Callable[[], None]:
+    return backend.bind_direct("twoshot", call)
+
+
+def bind_oneshot_ll(backend: Backend, call: Call) -> Callable[[], None]:
+    return backend.bind_direct("oneshot_ll", call)
+
+
 def oneshot_limit(backend: Backend) -> int | None:
     return backend.oneshot_limit
 
@@ -53,14 +66,14 @@ ONESHOT = Algorithm(
     summary="one kernel: every rank stores its input into all peers' slots, flag barrier, every "
             "rank reduces all rows locally",
     best_for="small messages (latency)",
-    graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True,
+    graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True, bind=bind_oneshot,
 )
 TWOSHOT = Algorithm(
     "twoshot", 6, GPU, run_twoshot,
     summary="one kernel: reduce-scatter by pushing shards to their owners, flag barrier, "
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
-    graph_capturable=True, auto=True, gpu_check=True,
+    graph_capturable=True, auto=True, gpu_check=True, bind=bind_twoshot,
 )
 ONESHOT_LL = Algorithm(
     "oneshot-ll", ONESHOT_LL_CODE, GPU, run_oneshot_ll,
@@ -68,4 +81,5 @@ ONESHOT_LL = Algorithm(
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB",
     graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
+    bind=bind_oneshot_ll,
 )

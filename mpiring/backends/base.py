@@ -4,6 +4,7 @@ each collective onto a ring plan (:func:`ring_shape`, pure)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -133,6 +134,9 @@ class Backend(ABC):
         raise self._missing("the one-shot kernel")
 
     def run_direct(self, kind: str, call: Call) -> None:
+        raise self._missing(f"the {kind} kernel")
+
+    def bind_direct(self, kind: str, call: Call) -> Callable[[], None]:
         raise self._missing(f"the {kind} kernel")
 
     @property

@@ -265,6 +265,19 @@ class GpuBackend(Backend):
         self.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op,
                               call.desc, self.ordered_stream())
 
+    def bind_direct(self, kind: str, call: Call) -> Callable[[], None]:
+        """The launch ``run_direct(kind, call)`` (``run_oneshot_ll`` for "oneshot_ll") makes, with
+        every argument fixed: the callable enqueues that kernel again on the caller's (ordered)
+        stream, with one driver call (the eager fast path, :mod:`mpiring.replay`)."""
+        recv = call.recv
+        launch = self.direct.bind(kind, call.source.address, recv.address, recv.count, recv.dtype,
+                                  call.op, call.desc)
+        ordered = self.ordered_stream
+
+        def enqueue() -> None:
+            launch(ordered().ptr)
+        return enqueue
+
     def notice(self, desc: Descriptor) -> None:
         """This rank's part in a GPU-checked call that it cannot run (``desc``: a notice of
         :mod:`mpiring.descriptor`), on the caller's stream: its peers' kernels then skip the call.

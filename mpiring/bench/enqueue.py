@@ -2,13 +2,21 @@
 
     mpirun -n 1 python -m mpiring.bench.enqueue              # 1 KiB float32, every algorithm
     mpirun -n 2 python -m mpiring.bench.enqueue -b 64K --profile oneshot
+    mpirun -n 2 python -m mpiring.bench.enqueue --no-gate    # the GPU may hold the host back
 
 What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return once
 enqueued; the GPU is not waited for inside a round), with the agreement check as by default
 (``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
-host for every call (``host``, shown for the rows that would check on the GPU) and off,
+host for every call (``host``, shown for the rows that would check on the GPU) and off (and,
+for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.replay``),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
-for GPU arrays, ``np.copyto`` for host arrays). Every (algorithm, check) case is measured
+for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
+cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
+behind a *gate*, a kernel that holds the stream until the round is enqueued, so the GPU never
+holds the host back (``--no-gate``: it may, once the queue of launches fills; keep
+``--calls`` under about 1000 with the gate). Only rows that can be captured in a CUDA graph
+are gated (they never wait on the host for their GPU work; the ring does): the others are
+marked "not gated". Every (algorithm, check) case is measured
 in each of ``--rounds`` interleaved rounds of ``--calls`` calls, after warm-up calls, and the
 median round is reported with the range: machine noise moves all cases alike. With more
 than one rank each call also waits for the slowest rank (the agreement check, the host
@@ -37,6 +45,7 @@ from .. import algorithms
 from ..buffers import Memory
 from ..communicator import Communicator
 from ..errors import MpiringError
+from ..replay import Replays
 from .argtypes import RankZeroParser, int_at_least, size_arg
 from .mode import AUTO, GPU, HOST, ModeError, choose
 from .sizes import format_size
@@ -46,7 +55,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = RankZeroParser(prog="python -m mpiring.bench.enqueue", description=__doc__.split("\n\n")[2],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-b", "--size", type=size_arg, default=1024, help="message size (default 1K)")
-    p.add_argument("--calls", type=int_at_least(1), default=2000, help="calls per round (default 2000)")
+    p.add_argument("--calls", type=int_at_least(1), default=500, help="calls per round (default 500)")
+    p.add_argument("--no-gate", dest="gate", action="store_false",
+                   help="enqueue without holding the stream (GPU backpressure counts)")
     p.add_argument("--rounds", type=int_at_least(1), default=9, help="interleaved rounds (default 9)")
     p.add_argument("--algo", default=None,
                    help="comma-separated algorithms (default: every one that serves the memory)")
@@ -58,8 +69,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def per_call_us(rounds: int, calls: int, cases: list[Callable[[], None]], sync: Callable[[], None],
-                world: MPI.Intracomm) -> list[list[float]]:
-    """Microseconds per call of each case, one list entry per round; rounds interleave the cases."""
+                world: MPI.Intracomm, gate: Gate | None = None,
+                gated: Sequence[bool] | None = None) -> list[list[float]]:
+    """Microseconds per call of each case, one list entry per round; rounds interleave the cases.
+    ``gate``: the rounds of the cases that ``gated`` marks (default: all) are enqueued behind
+    it (the GPU runs none of such a round until all of it is in)."""
     times: list[list[float]] = [[] for _ in cases]
     for _ in range(rounds):
         for i, case in enumerate(cases):
@@ -67,12 +81,49 @@ def per_call_us(rounds: int, calls: int, cases: list[Callable[[], None]], sync: 
                 case()
             sync()
             world.Barrier()
+            held = gate if gate is not None and (gated is None or gated[i]) else None
+            if held is not None:
+                held.close()
             start = time.perf_counter()
             for _ in range(calls):
                 case()
             times[i].append((time.perf_counter() - start) / calls * 1e6)
+            if held is not None:
+                held.open()
             sync()
     return times
+
+
+class Gate:
+    """Holds the current CuPy stream until the host opens it: a one-thread kernel that spins on
+    a word of pinned host memory (bounded by ``limit`` seconds: a round whose launches fill the
+    queue before the gate opens waits that long and its time is void)."""
+
+    SOURCE = r"""
+    extern "C" __global__ void gate(volatile const int* open, unsigned long long limit_ns) {
+      unsigned long long start, now;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+      do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+      } while (*open == 0 && now - start < limit_ns);
+    }"""
+
+    def __init__(self, limit: float = 2.0) -> None:
+        import ctypes
+
+        import cupy
+
+        self._cupy, self._limit = cupy, np.uint64(limit * 1e9)
+        self._kernel = cupy.RawKernel(self.SOURCE, "gate")
+        self._pinned = cupy.cuda.alloc_pinned_memory(4)  # mapped into the GPU at the same address
+        self._word = (ctypes.c_int32 * 1).from_address(self._pinned.ptr)
+
+    def close(self) -> None:
+        self._word[0] = 0
+        self._kernel((1,), (1,), (np.intp(self._pinned.ptr), self._limit))
+
+    def open(self) -> None:
+        self._word[0] = 1
 
 
 def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) -> int:
@@ -98,15 +149,24 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
         x, out = cupy.ones(count, dtype=cupy.float32), cupy.empty(count, dtype=cupy.float32)
         sync: Callable[[], None] = cupy.cuda.Device().synchronize
         copy = ("cupy.copyto", lambda: cupy.copyto(out, x))
+        floor = ("empty kernel launch", _empty_launch(cupy))
     else:
         x, out = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
         sync = lambda: None  # noqa: E731 - host calls complete before they return
         copy = ("np.copyto", lambda: np.copyto(out, x))
+        floor = None
     # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
     # host for the others), every call on the host (check="host"), and off.
     comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
+    # The full path, for comparison: a communicator that never replays (mpiring.replay).
+    full = Communicator(world, gpu=gpu, check=False)
+    full._replays = Replays(None)
     try:
-        labels, cases = [copy[0]], [copy[1]]
+        labels, cases, gated = [copy[0]], [copy[1]], [True]
+        if floor is not None:
+            labels.append(floor[0])
+            cases.append(floor[1])
+            gated.append(True)
         for check, comm in comms.items():
             for name in names:
                 try:  # a refusal (size limit, memory kind) is the same on every rank
@@ -117,21 +177,40 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                     continue
                 if check == "host" and not algorithms.get(name).gpu_check:
                     continue  # the same as the default for rows checked on the host anyway
-                labels.append(f"{name} (check {check or 'off'})")
+                capturable = algorithms.get(name).graph_capturable
+                note = "" if capturable or not (gpu and args.gate) else ", not gated"
+                labels.append(f"{name} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
-        times = per_call_us(args.rounds, args.calls, cases, sync, world)
+                gated.append(capturable)
+                if check is False and gpu and algorithms.get(name).bind is not None:
+                    full.Allreduce(x, out, algorithm=name)
+                    labels.append(f"{name} (check off, full path)")
+                    cases.append(_call(full, name, x, out))
+                    gated.append(capturable)
+        gate = Gate() if gpu and args.gate else None
+        times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
         if world.rank == 0:
+            how = ", gated" if gate is not None else (", not gated" if gpu else "")
             print(f"# host time per eager call: {format_size(count * 4)} float32 sum, {world.size} "
-                  f"rank(s), {'GPU' if gpu else 'host'} arrays, median of {args.rounds} rounds of "
-                  f"{args.calls} calls (range)")
+                  f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
+                  f"of {args.calls} calls (range)")
             for label, t in zip(labels, times, strict=True):
-                print(f"  {label:28s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
+                print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
         if args.profile:
             profile(comms[False], args.profile, x, out, args.calls, sync, world)
     finally:
-        for comm in comms.values():
+        for comm in (*comms.values(), full):
             comm.close()
     return 0
+
+
+def _empty_launch(cupy) -> Callable[[], None]:
+    """One launch of an empty kernel with pre-packed arguments: the driver's cost alone."""
+    from ..cuda.launcher import PackedLaunch, function_handle
+
+    kernel = cupy.RawKernel('extern "C" __global__ void empty(long long a) {}', "empty")
+    bound = PackedLaunch(("i64",), 32).bind(function_handle(kernel), 1, 0)
+    return lambda: bound(cupy.cuda.get_current_stream().ptr)
 
 
 def _call(comm: Communicator, name: str, x, out) -> Callable[[], None]:

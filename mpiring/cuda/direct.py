@@ -42,7 +42,7 @@ from ..descriptor import Descriptor
 from ..ops import Op
 from . import sources
 from .contract import CONTROL, DIRECT_THREADS, LL_LINES, LL_THREADS
-from .launcher import PackedLaunch, function_handle
+from .launcher import BoundLaunch, PackedLaunch, function_handle
 from .layout import StagingLayout
 
 THREADS = DIRECT_THREADS  # the kernels' __launch_bounds__: launching more threads would fail
@@ -124,9 +124,8 @@ class DirectKernels:
             self._functions[key] = fn
         return fn
 
-    def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
-                  stream) -> None:
-        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
+    def _ll_shape(self, count: int, dtype: np.dtype, op: Op) -> tuple[int, int]:
+        """(function, blocks) of a oneshot-ll launch of ``count`` elements."""
         key = (count, dtype, op)  # hot path: one lookup per call shape (bounded)
         shape = self._ll_shapes.get(key)
         if shape is None:
@@ -134,7 +133,13 @@ class DirectKernels:
                 self._ll_shapes.clear()
             shape = self._ll_shapes[key] = (self._function("oneshot_ll", dtype, op),
                                             ll_blocks(count, dtype.itemsize))
-        self._launch_ll(shape[0], shape[1], stream.ptr, src, out, count, self._ctl_ptr,
+        return shape
+
+    def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
+                  stream) -> None:
+        """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
+        function, blocks = self._ll_shape(count, dtype, op)
+        self._launch_ll(function, blocks, stream.ptr, src, out, count, self._ctl_ptr,
                         int((src | out) % 8 == 0), desc[0], desc[1])
 
     def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
@@ -144,6 +149,18 @@ class DirectKernels:
         vectorized = int((src | out) % 16 == 0)
         self._launch(self._function(kind, dtype, op), self.blocks, stream.ptr,
                      src, out, count, self._ctl_ptr, vectorized, desc[0], desc[1])
+
+    def bind(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op,
+             desc: Descriptor) -> BoundLaunch:
+        """The launch of ``kind`` ("oneshot", "twoshot" or "oneshot_ll") that :meth:`launch` or
+        :meth:`launch_ll` would make for these arguments, with every argument fixed: calling it
+        with a stream enqueues that very kernel there again (the eager fast path)."""
+        if kind == "oneshot_ll":
+            function, blocks = self._ll_shape(count, dtype, op)
+            return self._launch_ll.bind(function, blocks, src, out, count, self._ctl_ptr,
+                                        int((src | out) % 8 == 0), desc[0], desc[1])
+        return self._launch.bind(self._function(kind, dtype, op), self.blocks, src, out, count,
+                                 self._ctl_ptr, int((src | out) % 16 == 0), desc[0], desc[1])
 
     def notice(self, desc: Descriptor, stream) -> None:
         """Enqueue a notice carrying ``desc`` (a kind of :mod:`mpiring.descriptor` other than

@@ -24,6 +24,25 @@ import numpy as np
 _CODES = {"ptr": "Q", "i64": "q", "i32": "i4x"}
 
 
+class _Params:
+    """One host buffer of kernel argument values (one 8-byte slot per parameter) and the array of
+    pointers to those slots that ``cuLaunchKernel`` takes as ``kernelParams``."""
+
+    def __init__(self, params: tuple[str, ...]) -> None:
+        self.format = struct.Struct("<" + "".join(_CODES[p] for p in params))
+        self._values = np.zeros(len(params), dtype=np.uint64)
+        self.view = memoryview(self._values.data).cast("B")
+        base = self._values.ctypes.data
+        self._pointers = np.array([base + 8 * i for i in range(len(params))], dtype=np.uint64)
+        self.address = int(self._pointers.ctypes.data)  # kernelParams: void*[len(params)]
+
+
+def _default_driver_launch() -> Callable[..., None]:
+    from cupy.cuda import driver
+
+    return driver.launchKernel
+
+
 class PackedLaunch:
     """Launches of kernels whose parameters have the kinds ``params`` (``"ptr"``, ``"i64"``,
     ``"i32"``), with ``threads`` threads per block."""
@@ -31,23 +50,41 @@ class PackedLaunch:
     def __init__(self, params: tuple[str, ...], threads: int,
                  driver_launch: Callable[..., None] | None = None) -> None:
         """``driver_launch``: CuPy's ``cuLaunchKernel`` binding unless given (tests pass their own)."""
-        if driver_launch is None:
-            from cupy.cuda import driver
-
-            driver_launch = driver.launchKernel
-        self._driver_launch = driver_launch
-        self._format = struct.Struct("<" + "".join(_CODES[p] for p in params))
-        self._values = np.zeros(len(params), dtype=np.uint64)  # one 8-byte slot per parameter
-        self._view = memoryview(self._values.data).cast("B")
-        base = self._values.ctypes.data
-        self._pointers = np.array([base + 8 * i for i in range(len(params))], dtype=np.uint64)
-        self._params = int(self._pointers.ctypes.data)  # kernelParams: void*[len(params)]
+        self._driver_launch = driver_launch if driver_launch is not None else _default_driver_launch()
+        self._kinds = params
+        self._buffer = _Params(params)
+        self._format, self._view, self._params = self._buffer.format, self._buffer.view, self._buffer.address
         self.threads = threads
 
     def __call__(self, function: int, blocks: int, stream: int, *args: int) -> None:
         """Enqueue ``function`` (a ``CUfunction`` handle) with ``args`` on ``stream`` (a handle)."""
         self._format.pack_into(self._view, 0, *args)
         self._driver_launch(function, blocks, 1, 1, self.threads, 1, 1, 0, stream, self._params, 0)
+
+    def bind(self, function: int, blocks: int, *args: int) -> BoundLaunch:
+        """The launch of ``function`` with ``args`` fixed once: a :class:`BoundLaunch` (its own
+        argument buffer, so any number of them coexist with this one)."""
+        return BoundLaunch(self._kinds, self.threads, function, blocks, args, self._driver_launch)
+
+
+class BoundLaunch:
+    """One kernel launch with every argument fixed: calling it with a stream enqueues the
+    kernel there with one driver call, nothing packed (the eager fast path, ``mpiring.replay``).
+
+    Memory: one buffer of 8 bytes per parameter and its pointer array (112 bytes for the
+    direct kernels' seven)."""
+
+    def __init__(self, params: tuple[str, ...], threads: int, function: int, blocks: int,
+                 args: tuple[int, ...], driver_launch: Callable[..., None] | None = None) -> None:
+        self._driver_launch = driver_launch if driver_launch is not None else _default_driver_launch()
+        self._buffer = _Params(params)
+        self._buffer.format.pack_into(self._buffer.view, 0, *args)
+        self._params = self._buffer.address
+        self.function, self.blocks, self.threads, self.args = function, blocks, threads, args
+
+    def __call__(self, stream: int) -> None:
+        """Enqueue the kernel on ``stream`` (a handle)."""
+        self._driver_launch(self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, stream, self._params, 0)
 
 
 _FUNCTIONS: dict[int, object] = {}  # handle -> CuPy Function: keeps its module loaded

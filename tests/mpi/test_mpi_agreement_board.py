@@ -92,7 +92,7 @@ def test_posted_and_host_checked_calls_share_the_board(world: MPI.Intracomm) -> 
             if mine.random() < 0.01:
                 time.sleep(mine.random() * 2e-3)
             if plan.random() < 0.7:
-                check.post(values("oneshot", count))
+                check.post(check.line(values("oneshot", count)))
                 lead = check.calls - min(check.board.read(r, 8) for r in range(check.board.size))
                 assert lead <= 3, f"call {k}: {lead} calls ahead of the slowest rank"
             else:
@@ -113,14 +113,14 @@ def test_a_host_checked_rank_notices_a_peer_whose_kernel_waits(world: MPI.Intrac
     with comm:
         for case in ("other row", "rejected", "other row"):
             if not last:
-                check.post(values("oneshot", 100))
+                check.post(check.line(values("oneshot", 100)))
             elif case == "rejected":  # returns: the caller raises its own, more precise error
                 check.run(True, dict.fromkeys(values("ring", 0), 0))
             else:
                 with pytest.raises(RankMismatchError, match="algorithm"):
                     check.run(False, values("ring", 100))
             for _ in range(5):  # the next calls agree, posted and on the host alike
-                check.post(values("oneshot", 7))
+                check.post(check.line(values("oneshot", 7)))
                 check.run(False, values("ring", 9))
         if last:
             kinds = [descriptor.unpack(d)["kind"] for d in sent]

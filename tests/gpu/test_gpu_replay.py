@@ -1,0 +1,166 @@
+"""The eager fast path on the GPU (mpiring.replay): once a call of oneshot, twoshot or
+oneshot-ll has run, later calls of the same shape are replayed (one launch with pre-packed
+arguments, and the agreement check's post) instead of planned afresh. Thousands of replayed
+calls on changing data, with GPU stragglers, are exact on every element; a replay launches on
+the caller's current stream; a replay captured into a CUDA graph sees new data at every
+graph launch; a call of another shape takes the full path once.
+
+Run under mpirun on 1+ GPUs, or on one shared GPU (``MPIRING_SHARE_GPU=1``: jobs/gpu-shared.sh).
+"""
+
+from __future__ import annotations
+
+import random
+
+import cupy
+import numpy as np
+import pytest
+from gpu_helpers import WORLD, agree, fit, gpu_nap, poison, rank_input, reference
+from mpi4py import MPI
+
+import mpiring
+
+RANK, SIZE = WORLD.rank, WORLD.size
+ROWS = ("oneshot-ll", "oneshot", "twoshot")
+pytestmark = pytest.mark.mpi
+
+
+def counting_full_path(comm: mpiring.Communicator) -> list[int]:
+    """Count the calls that take the full path (each plans its call: Dispatcher.prepare)."""
+    full: list[int] = []
+    prepare = comm._dispatch.prepare
+
+    def counted(*args, **kwargs):
+        full.append(1)
+        return prepare(*args, **kwargs)
+    comm._dispatch.prepare = counted
+    return full
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+@pytest.mark.parametrize("dtype", [cupy.float32, cupy.int32], ids=["float32", "int32"])
+@pytest.mark.parametrize("algo", ROWS)
+def test_thousands_of_replayed_calls_on_changing_data_are_exact(algo, dtype, in_place):
+    """3,000 calls of one shape, the input changed before each, the output poisoned before
+    each, one rank late now and then: every call exact on every element (compared on the GPU);
+    only the first planned its call."""
+    count, calls = fit(algo, 12_345, dtype), 3000
+    chance = random.Random(31)  # the same draws on every rank
+    stream = cupy.cuda.get_current_stream()
+    base = rank_input(RANK, count, dtype)
+    want = reference(mpiring.Op.SUM, SIZE, count).astype(dtype)
+    x, out = cupy.empty_like(base), cupy.empty_like(base)
+    wrong = cupy.zeros((), dtype=cupy.int64)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
+        full = counting_full_path(c)
+        for call in range(calls):
+            shift = call % 7
+            poison(out)
+            if in_place:
+                cupy.add(base, shift, out=out)
+            else:
+                cupy.add(base, shift, out=x)
+            if chance.random() < 0.02 and RANK == call % SIZE:
+                gpu_nap(stream, chance.uniform(0, 200e-6))
+            c.Allreduce(MPI.IN_PLACE if in_place else x, out)
+            wrong += cupy.count_nonzero(out != want + SIZE * shift)
+        c.synchronize()
+        replays = len(c._replays)
+    agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
+    agree(len(full) == 1 and replays == 1, f"{len(full)} calls took the full path, {replays} replays kept")
+
+
+@pytest.mark.parametrize("algo", ROWS)
+def test_a_replay_launches_on_the_current_stream(algo):
+    """Calls alternate between two streams (the caller orders its own work on them); every
+    replayed call runs on the stream current at the call, after what was queued there."""
+    count = fit(algo, 4099, cupy.float32)
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    base = rank_input(RANK, count, cupy.float32)
+    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
+    x, out = cupy.empty_like(base), cupy.empty_like(base)
+    wrong = cupy.zeros((), dtype=cupy.int64)
+    problems = []
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
+        full = counting_full_path(c)
+        previous = cupy.cuda.get_current_stream()
+        for call in range(400):
+            s = streams[call % 2]
+            s.wait_event(previous.record())  # the caller's order: the last check before this call
+            with s:
+                gpu_nap(s, 20e-6)  # the call must wait for this
+                cupy.add(base, call % 5, out=x)
+                c.Allreduce(x, out)
+                if c._gpu._last_stream.ptr != s.ptr:
+                    problems.append(f"call {call} ran on stream {c._gpu._last_stream.ptr:#x}, not {s.ptr:#x}")
+                wrong += cupy.count_nonzero(out != want + SIZE * (call % 5))
+            previous = s
+        c.synchronize()
+    agree(not problems and int(wrong) == 0, f"{problems[:3]}, {int(wrong)} wrong elements")
+    agree(len(full) == 1, f"{len(full)} calls took the full path")
+
+
+@pytest.mark.parametrize("algo", ROWS)
+def test_a_replay_captured_in_a_graph_sees_new_data(algo):
+    """Eager calls of a shape (replayed), then the same call captured into a CUDA graph (the
+    replay is what gets captured), launched 100 times on changing inputs."""
+    count = fit(algo, 5000, cupy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    base = rank_input(RANK, count, cupy.float32)
+    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
+    x, out = cupy.empty_like(base), cupy.empty_like(base)
+    wrong = cupy.zeros((), dtype=cupy.int64)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c, stream:
+        full = counting_full_path(c)
+        for _ in range(3):
+            cupy.copyto(x, base)
+            c.Allreduce(x, out)
+        c.synchronize()
+        stream.begin_capture()
+        c.Allreduce(x, out)
+        graph = stream.end_capture()
+        for k in range(100):
+            cupy.add(base, k % 9, out=x)
+            poison(out)
+            graph.launch(stream)
+            wrong += cupy.count_nonzero(out != want + SIZE * (k % 9))
+        c.synchronize()
+    agree(int(wrong) == 0, f"{int(wrong)} wrong elements over 100 graph launches")
+    agree(len(full) == 1, f"{len(full)} calls took the full path")
+
+
+def test_other_shapes_ops_and_arrays_take_the_full_path_once():
+    """A new count, op or algorithm is planned once, then replayed; views of the same memory
+    with the same shape share a replay; a call whose sum is then averaged (avg) is not
+    replayed (two launches)."""
+    a = cupy.ones(4096, dtype=cupy.float32)
+    b = cupy.ones(1024, dtype=cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot") as c:
+        full = counting_full_path(c)
+        for _ in range(3):
+            for buf, kwargs in ((a, {}), (b, {}), (a[:1024], {}), (a, {"op": MPI.MAX}),
+                                (a, {"algorithm": "twoshot"}), (a, {"op": "avg"})):
+                buf.fill(1)
+                c.Allreduce(MPI.IN_PLACE, buf, **kwargs)
+                want = 1 if kwargs.get("op") in (MPI.MAX, "avg") else SIZE
+                agree(bool((buf == want).all()), f"{kwargs}: {buf[:3]} != {want}")
+        c.synchronize()
+        replays = len(c._replays)
+    # Planned: a, b, a[:1024], a MAX, a twoshot once each; avg at every call (on one rank an
+    # average is the sum: replayed like the others).
+    avg_full = 1 if SIZE == 1 else 3
+    agree(len(full) == 5 + avg_full, f"{len(full)} calls took the full path, expected {5 + avg_full}")
+    agree(replays == 5 + (SIZE == 1), f"{replays} replays kept")
+
+
+def test_arguments_without_a_key_take_the_full_path():
+    """Arguments of a type that has no key (a numpy integer as batches) take the full path at
+    every call, and work."""
+    a = cupy.ones(256, dtype=cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot") as c:
+        full = counting_full_path(c)
+        for _ in range(3):
+            a.fill(1)
+            c.Allreduce(MPI.IN_PLACE, a, batches=np.int64(1))
+        c.synchronize()
+        agree(bool((a == SIZE).all()) and len(full) == 3, f"{len(full)} full-path calls")

@@ -1,0 +1,148 @@
+"""The eager fast path (mpiring.replay) through the communicator, on host memory: a toy row
+with a ``bind`` entry, and host arrays dressed as CuPy ones so that calls have a key. Calls of
+a shape seen before are replayed (not planned afresh), over thousands of calls on changing
+data with stragglers, every element checked; other shapes, ops and algorithms take the full
+path; what keeps a call from being replayed (the host check) does."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import toy_algorithm
+from mpi4py import MPI
+from mpi_support import all_ok
+
+import mpiring
+from mpiring import algorithms
+from mpiring.replay import Replays
+
+world = MPI.COMM_WORLD
+REPLAYED: list[int] = []  # one entry per replayed call
+
+
+def bind(backend, call):
+    def again() -> None:
+        REPLAYED.append(1)
+        toy_algorithm.run(backend, call)
+    return again
+
+
+ROW = dataclasses.replace(toy_algorithm.ROW, name="toy-replayed", code=98, bind=bind)
+
+
+class Keyed:
+    """A host array with what mpiring.replay's key reads off a CuPy array (``data.ptr``,
+    ``shape``, ``strides``, ``dtype``), described to mpiring through DLPack."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+        self.data = SimpleNamespace(ptr=a.ctypes.data)
+        self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.a.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def row():
+    mpiring.register(ROW)
+    yield ROW
+    algorithms.unregister(ROW.name)
+
+
+def keyed_comm(**kwargs) -> mpiring.Communicator:
+    comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
+    comm._replays = Replays(Keyed)  # what a GPU communicator keys on: here, the stand-in
+    return comm
+
+
+def expected(call: int, count: int) -> np.ndarray:
+    """The sum over ranks of ``value(rank, call)`` below, exactly (small integers in float64)."""
+    return sum(value(r, call, count) for r in range(world.size))
+
+
+def value(rank: int, call: int, count: int) -> np.ndarray:
+    return (np.arange(count) % 97 + 1000.0 * rank + call % 1013).astype(np.float64)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+def test_thousands_of_replayed_calls_on_changing_data_are_exact(in_place) -> None:
+    calls, count = 2000, 1031
+    rng = np.random.default_rng([7, world.rank])
+    x, out = np.empty(count), np.empty(count)
+    kx, kout = Keyed(x), Keyed(out)
+    problems = []
+    with keyed_comm(check=False) as comm:
+        REPLAYED.clear()
+        for call in range(calls):
+            x[:] = value(world.rank, call, count)
+            out[:] = np.nan  # poison
+            if rng.random() < 0.01:  # a straggler
+                time.sleep(0.002)
+            if in_place:
+                out[:] = x
+                comm.Allreduce(MPI.IN_PLACE, kout, algorithm=ROW.name)
+            else:
+                comm.Allreduce(kx, kout, algorithm=ROW.name)
+            want = expected(call, count)
+            if not np.array_equal(out, want):
+                problems.append(f"call {call}: {int(np.sum(out != want))} wrong elements")
+        if len(REPLAYED) != calls - 1:
+            problems.append(f"{len(REPLAYED)} of {calls} calls replayed, expected all but the first")
+    all_ok(problems)
+
+
+@pytest.mark.mpi
+def test_a_new_shape_op_or_algorithm_takes_the_full_path_once() -> None:
+    count = 64
+    a, b = np.ones(count), np.ones(2 * count)
+    problems = []
+    with keyed_comm(check=False) as comm:
+        REPLAYED.clear()
+        for kwargs, buf, want in ((dict(), a, world.size), (dict(), a, world.size),
+                                  (dict(), b, world.size), (dict(), b, world.size),
+                                  (dict(op=MPI.MAX), a, 1), (dict(op=MPI.MAX), a, 1),
+                                  (dict(algorithm="ring"), a, world.size)):
+            buf[:] = 1.0
+            comm.Allreduce(MPI.IN_PLACE, Keyed(buf), algorithm=kwargs.pop("algorithm", ROW.name), **kwargs)
+            if not np.all(buf == want):
+                problems.append(f"{kwargs}: {buf[:4]} != {want}")
+        if len(REPLAYED) != 3:  # the second call of each of the three toy shapes
+            problems.append(f"{len(REPLAYED)} replayed calls, expected 3")
+    all_ok(problems)
+
+
+@pytest.mark.mpi
+def test_the_host_check_keeps_calls_from_being_replayed() -> None:
+    """With the check on and several ranks, the toy row checks on the host: a wait for the
+    peers at every call, which a replay never skips. On one rank there is no one to check."""
+    x = np.ones(16)
+    with keyed_comm(check=True) as comm:
+        REPLAYED.clear()
+        for _ in range(5):
+            x[:] = 1.0
+            comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)
+        problems = [] if np.all(x == world.size) else [f"result {x[:4]}"]
+        want = 4 if world.size == 1 else 0
+        if len(REPLAYED) != want:
+            problems.append(f"{len(REPLAYED)} replayed calls, expected {want}")
+    all_ok(problems)
+
+
+@pytest.mark.mpi
+def test_a_closed_or_failed_communicator_refuses_a_replayable_call() -> None:
+    x = np.ones(16)
+    comm = keyed_comm(check=False)
+    for _ in range(2):
+        comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)
+    comm.close()
+    with pytest.raises(mpiring.CommunicatorClosedError, match="closed"):
+        comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)

@@ -1,0 +1,161 @@
+"""mpiring.replay: the key of a call is its whole shape (every field that the full path decides
+on), calls of other argument types have none, the table is bounded, and a replay is kept only
+for calls that need nothing but their launch (and the check's post)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mpi4py import MPI
+
+from mpiring import algorithms
+from mpiring.agreement import FIELDS, AgreementCheck
+from mpiring.algorithms import Collective
+from mpiring.ops import Op
+from mpiring.replay import Replay, Replays
+
+
+class FakeArray:
+    """What the key reads off a CuPy array: ``data.ptr``, ``shape``, ``strides``, ``dtype``."""
+
+    def __init__(self, ptr: int, shape=(8,), strides=(4,), dtype=np.float32) -> None:
+        self.data = SimpleNamespace(ptr=ptr)
+        self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
+
+
+def key(replays: Replays, recv, send=None, op=MPI.SUM, algorithm=None, batches=None,
+        collective=Collective.ALLREDUCE):
+    return replays.key(collective, send, recv, op, algorithm, batches)
+
+
+def test_the_same_shape_gives_the_same_key_and_in_place_is_one_shape() -> None:
+    r = Replays(FakeArray)
+    assert key(r, FakeArray(64)) == key(r, FakeArray(64))
+    assert key(r, FakeArray(64), None) == key(r, FakeArray(64), MPI.IN_PLACE)
+    assert key(r, FakeArray(64), FakeArray(128)) == key(r, FakeArray(64), FakeArray(128))
+    assert key(r, FakeArray(64), op=MPI.MAX) == key(r, FakeArray(64), op=MPI.MAX)
+
+
+VARIANTS = {
+    "pointer": dict(recv=FakeArray(65)),
+    "shape": dict(recv=FakeArray(64, shape=(2, 4), strides=(16, 4))),
+    "strides": dict(recv=FakeArray(64, shape=(8,), strides=(8,))),
+    "dtype": dict(recv=FakeArray(64, dtype=np.int32)),
+    "sendbuf": dict(send=FakeArray(128)),
+    "send pointer": dict(send=FakeArray(256)),
+    "op": dict(op=MPI.PROD),
+    "op by name": dict(op="sum"),
+    "op enum": dict(op=Op.MAX),
+    "algorithm": dict(algorithm="oneshot"),
+    "batches": dict(batches=2),
+    "collective": dict(collective=Collective.ALLGATHER),
+}
+
+
+@pytest.mark.parametrize("change", sorted(VARIANTS))
+def test_every_field_of_the_shape_is_in_the_key(change) -> None:
+    r = Replays(FakeArray)
+    base = dict(recv=FakeArray(64), send=FakeArray(128) if change == "send pointer" else None)
+    changed = {**base, **VARIANTS[change]}
+    assert key(r, **base) is not None and key(r, **changed) is not None
+    assert key(r, **base) != key(r, **changed)
+
+
+def test_a_new_row_in_the_table_changes_every_key() -> None:
+    r = Replays(FakeArray)
+    before = key(r, FakeArray(64))
+    row = algorithms.Algorithm("replay-test-row", 4242, algorithms.HOST, lambda b, c: None,
+                               summary="-", best_for="-")
+    algorithms.register(row)
+    try:
+        assert key(r, FakeArray(64)) != before
+    finally:
+        algorithms.unregister(row.name)
+
+
+@pytest.mark.parametrize("args", [
+    dict(recv=np.ones(8, np.float32)),  # a numpy array: the host path, never keyed
+    dict(recv=FakeArray(64), send=np.ones(8, np.float32)),
+    dict(recv=FakeArray(64), op=MPI.Op.Create(lambda a, b, t: None, commute=True)),
+    dict(recv=FakeArray(64), op=object()),
+    dict(recv=FakeArray(64), algorithm=["oneshot"]),
+    dict(recv=FakeArray(64), batches=2.0),
+    dict(recv=FakeArray(64), batches=np.int64(2)),
+], ids=["numpy", "numpy send", "user op", "object op", "list algorithm", "float batches", "numpy batches"])
+def test_arguments_of_other_types_have_no_key(args) -> None:
+    """They take the full path (which also raises on the bad ones); a user-defined MPI op,
+    unhashable in mpi4py, is no key either."""
+    op = args.get("op")
+    try:
+        assert key(Replays(FakeArray), **args) is None
+    finally:
+        if isinstance(op, MPI.Op) and op not in (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN):
+            op.Free()
+
+
+def test_without_an_array_type_nothing_is_keyed() -> None:
+    assert key(Replays(None), FakeArray(64)) is None
+    assert key(Replays(None), None) is None
+
+
+@given(st.lists(st.integers(0, 50), max_size=200))
+def test_the_table_is_bounded_and_answers_what_it_learned(pointers) -> None:
+    r = Replays(FakeArray, limit=8)
+    for p in pointers:
+        k = key(r, FakeArray(p))
+        replay = Replay(lambda: None, None, None)
+        r.learn(k, replay)
+        assert len(r) <= 8 and r.get(k) is replay
+    assert r.get(None) is None
+
+
+def _prepared(bind=True, wrapped=False, count=8, capturing=False, row_name="oneshot"):
+    row = algorithms.get(row_name)
+    runs = []
+    if not bind:
+        row = algorithms.Algorithm("unbound", 4343, algorithms.GPU, row.run, summary="-", best_for="-")
+    backend = SimpleNamespace(capturing=lambda: capturing,
+                              bind_direct=lambda kind, call: lambda: runs.append((kind, call)))
+    call = SimpleNamespace(recv=SimpleNamespace(count=count))
+    run = (lambda b, c: None) if wrapped else row.run
+    values = {field: i + count for i, field in enumerate(FIELDS)}
+    return SimpleNamespace(row=row, run=run, backend=backend, call=call, values=values,
+                           ask_capture=False), runs
+
+
+@pytest.mark.parametrize(("case", "kept"), [
+    (dict(), True), (dict(bind=False), False), (dict(wrapped=True), False), (dict(count=0), False),
+    (dict(capturing=True), False),
+])
+def test_only_calls_that_need_nothing_but_their_launch_are_kept(case, kept) -> None:
+    """Not kept: a row without ``bind``, a run wrapped by the dispatcher (avg: sum then divide),
+    zero elements, a call made while a graph is captured."""
+    r = Replays(FakeArray)
+    prepared, runs = _prepared(**case)
+    r.keep(("k",), Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
+    assert (r.get(("k",)) is not None) is kept
+    if kept:
+        r.get(("k",)).enqueue()
+        assert runs == [("oneshot", prepared.call)]  # the row's bind, on the call it ran
+
+
+@pytest.mark.parametrize("row_name", ["oneshot", "twoshot", "oneshot-ll"])
+def test_the_check_is_posted_by_a_replay_or_keeps_it_from_being_kept(row_name) -> None:
+    r = Replays(FakeArray)
+    prepared, _ = _prepared(row_name=row_name)
+    r.keep(("a",), Collective.ALLREDUCE, prepared, checked=True, host_checked=True)
+    assert r.get(("a",)) is None  # a host wait on every call: the full path
+    r.keep(("b",), Collective.ALLREDUCE, prepared, checked=True, host_checked=False)
+    assert r.get(("b",)).line.tolist() == AgreementCheck.line(prepared.values).tolist()  # posted
+    r.keep(("c",), Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
+    assert r.get(("c",)).line is None  # no check: one rank, or check=False
+
+
+def test_every_row_that_binds_is_a_one_launch_gpu_row() -> None:
+    """The table's bindable rows, as the README says: oneshot, twoshot, oneshot-ll."""
+    assert sorted(a.name for a in algorithms.rows() if a.bind is not None) == ["oneshot", "oneshot-ll",
+                                                                                "twoshot"]
