@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import threading
 import time
-import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -41,7 +39,7 @@ from .errors import (
     SetupError,
 )
 from .groups import Groups, make_groups
-from .lifetime import release, set_up
+from .lifetime import collected, release, set_up
 from .options import Options, check_comm, empty_like
 from .replay import Key, Replay, Replays
 from .signals import Watch
@@ -52,6 +50,7 @@ if TYPE_CHECKING:
     from .call_check import CallCheck
 
 log = logging.getLogger(__name__)
+_CURRENT = contextlib.nullcontext()  # a CuPy call runs on CuPy's current stream: nothing to switch
 
 
 class Communicator:
@@ -84,12 +83,20 @@ class Communicator:
             ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
         inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
             or ``"auto"`` (default: NCCL where it is installed); host arrays always use MPI.
+        sm_budget: the most SMs mpiring's own kernels hold at once per GPU (default
+            ``MPIRING_SM_BUDGET``, else none); the compute beside them should leave those SMs
+            free (torch: ``torch._C._set_sm_carveout_experimental(comm.sm_budget)``). NCCL's
+            kernels are not bounded by it. Equal on every rank.
+        overlap: True when calls run beside compute: ``auto`` picks per size the smallest
+            makespan beside a GEMM (the tuning table's ``overlap`` entries: ``python -m
+            mpiring.tune --overlap``), not the fastest alone; without entries, as usual.
     """
 
     def __init__(self, comm: MPI.Intracomm | None = None, *, gpu: bool | None = None,
                  device: int | None = None, algorithm: str = "auto", batches: int | None = None,
                  slot_bytes: int | None = None, check: bool | str | None = None,
-                 timeout: float | None = None, inter: str = "auto") -> None:
+                 timeout: float | None = None, inter: str = "auto", sm_budget: int | None = None,
+                 overlap: bool = False) -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
@@ -102,14 +109,14 @@ class Communicator:
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
         rejected: InvalidArgumentError | None = None
         try:  # a rank that rejects its arguments still joins set-up: its peers then raise at once
-            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes)
+            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes, sm_budget, overlap)
             if inter not in INTERS:
                 raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
             given = auto_tuning.explicit()  # MPIRING_TUNING_FILE, read and checked now
         except InvalidArgumentError as err:
             opts, rejected, given = Options.fallback(), err, None
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
-        self.check_mode = opts.check_mode
+        self.check_mode, self.overlap = opts.check_mode, opts.overlap
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
         self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
@@ -120,11 +127,12 @@ class Communicator:
         self._gpu: GpuBackend | None = None
         try:
             self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
-            host = set_up(self, groups, gpu, device, opts.slot_bytes, inter)
+            host = set_up(self, groups, gpu, device, opts, inter)
             buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
             self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
-                                        self._tuning.table, groups.topology, host, self._gpu)
+                                        self._tuning.table, groups.topology, host, self._gpu,
+                                        opts.overlap)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -213,6 +221,11 @@ class Communicator:
         return self._gpu is not None
 
     @property
+    def sm_budget(self) -> int | None:
+        """The most SMs this rank's mpiring kernels hold at once (at most the GPU's), or None."""
+        return None if self._gpu is None else self._gpu.sm_budget
+
+    @property
     def device(self) -> int | None:
         """The CUDA device of this rank, or None without GPUs."""
         return None if self._gpu is None else self._gpu.device_id
@@ -251,16 +264,16 @@ class Communicator:
         if not self._lock.acquire(False):
             raise self._busy(collective.label)
         try:
-            key = self._replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
-            replay = self._replays.get(key)
-            if replay is not None and self._replay(replay):  # a shape seen before (mpiring.replay)
-                return
-            stream = torch_stream(recvbuf) if self._gpu is not None else None
-            if stream is None:
+            replays = self._replays
+            key = replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
+            replay = replays.get(key)
+            # A torch tensor: order the call on torch's current stream (mpiring.cuda.streams).
+            stream = (torch_stream(recvbuf) if self._gpu is not None
+                      and type(recvbuf) is not replays.array_type else None)
+            with stream if stream is not None else _CURRENT:
+                if replay is not None and self._replay(replay):  # a shape seen before (mpiring.replay)
+                    return
                 self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
-            else:  # a torch tensor: order the call on torch's current stream (mpiring.cuda.streams)
-                with stream:
-                    self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
         finally:
             self._lock.release()
 
@@ -373,18 +386,7 @@ class Communicator:
             self._lock.release()
 
     def __del__(self) -> None:
-        """Collected without close(): warn (ResourceWarning). Freeing is collective (peers may
-        not drop theirs at the same point): a healthy communicator's memory and MPI handles stay
-        until MPI_Finalize; a failed one is released at once (that never waits for peers)."""
-        if getattr(self, "_closed", True) or sys.is_finalizing():
-            return
-        warnings.warn(f"{self!r} was garbage-collected without close(): its shared memory and MPI "
-                      "communicators stay allocated until MPI_Finalize; close it (or use 'with')",
-                      ResourceWarning, stacklevel=2)
-        if self._failed is not None:
-            self._closed = True
-            with contextlib.suppress(Exception):
-                release(self)
+        collected(self)  # warns (ResourceWarning); frees only a failed one (mpiring.lifetime)
 
     def __enter__(self) -> Communicator:
         return self

@@ -12,6 +12,7 @@ Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from .backends.base import Backend
     from .topology import Topology
 
+log = logging.getLogger(__name__)
 MEMO_ENTRIES = 4096  # resolved rows kept per communicator
 # One rank, GPU allreduce: up to here auto runs two-shot (one launch: 14-15 µs per eager call
 # on one H200 from 1 KiB to 4 MiB, where the ring took 55-93 µs and NCCL 15-20 µs), above it
@@ -66,8 +68,13 @@ class Dispatcher:
 
     def __init__(self, algorithm: str, batches: int | None, forced: str | None,
                  tuning: auto_table.TuningTable, topology: Topology, host: Backend,
-                 gpu: Backend | None) -> None:
+                 gpu: Backend | None, overlap: bool = False) -> None:
         self.algorithm, self.batches, self.forced = algorithm, batches, forced
+        self.overlap = overlap  # auto reads the table's overlap entries (makespan beside compute)
+        if overlap and topology.nodes == 1 and not tuning.has_overlap(topology.size):
+            log.debug("overlap=True, but the tuning table has no overlap entries for %d ranks: auto "
+                      "picks what is fastest alone (measure them: python -m mpiring.tune --overlap)",
+                      topology.size)
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
         self._memo: dict[tuple, tuple[Algorithm, bool]] = {}  # (row, ask_capture) by call
         self._plans: dict[tuple, Plan] = {}
@@ -185,7 +192,7 @@ class Dispatcher:
         if not row.graph_capturable:
             return True
         return self._table_decides(memory, algorithm, collective) and \
-            self.tuning.differs(self.topology.size, nbytes)
+            self.tuning.differs(self.topology.size, nbytes, overlap=self.overlap)
 
     def _table_decides(self, memory: Memory, algorithm: str | None, collective: Collective) -> bool:
         """Whether auto's choice for such a call comes from the tuning table (GPU allreduce on one
@@ -261,9 +268,9 @@ class Dispatcher:
             first = "twoshot" if nbytes <= ONE_RANK_KERNEL_BYTES else "nccl"
         else:  # asks the GPU whether it is capturing only where the table's answer depends on it
             size = self.topology.size
-            first = self.tuning.choose(size, nbytes)
-            if self.tuning.differs(size, nbytes) and gpu.capturing():
-                graph = self.tuning.choose(size, nbytes, graph=True)
+            first = self.tuning.choose(size, nbytes, overlap=self.overlap)
+            if self.tuning.differs(size, nbytes, overlap=self.overlap) and gpu.capturing():
+                graph = self.tuning.choose(size, nbytes, graph=True, overlap=self.overlap)
                 if not algorithms.get(graph).lazy or graph in self._made:
                     first = graph
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):

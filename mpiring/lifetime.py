@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import warnings
 from typing import TYPE_CHECKING
 
 from . import algorithms, cuda
@@ -12,7 +15,7 @@ from .backends.host import HostBackend
 from .call_check import CallCheck
 from .control import ControlBoard
 from .errors import MpiringError, PeerFailedError, UnavailableError
-from .options import DEFAULT_HOST_SLOT_BYTES
+from .options import DEFAULT_HOST_SLOT_BYTES, Options
 from .replay import Replays
 from .transports.host import slot_bytes_for
 
@@ -22,10 +25,11 @@ if TYPE_CHECKING:
 
 
 def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | None,
-           slot_bytes: int | None, inter: str) -> HostBackend:
+           opts: Options, inter: str) -> HostBackend:
     """Collective set-up on every rank, once its groups are known (part of ``__init__``): the
     control board, the agreement check, the backends (per node); returns the host backend
     (the GPU one, if any, is ``self._gpu``)."""
+    slot_bytes = opts.slot_bytes
     host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
     self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
     self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
@@ -48,9 +52,10 @@ def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | N
     if use_gpu:
         from .backends.gpu import GpuBackend
 
-        self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter)
+        self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter,
+                               opts.sm_budget)
         self._check.use_gpu(self._gpu, self.check_mode)
-        self._replays = Replays.for_cupy()
+        self._replays = Replays.for_gpu()
     return host
 
 
@@ -92,3 +97,19 @@ def release(self: Communicator, peers_failed_too: bool = False) -> None:
         self.comm.Free()
     if error is not None:
         raise error
+
+
+def collected(self: Communicator) -> None:
+    """A communicator garbage-collected without close() (the body of ``__del__``): warn. Freeing
+    is collective (peers may not drop theirs at the same point): a healthy communicator's memory
+    and MPI handles stay until MPI_Finalize; a failed one is released at once (that never waits
+    for peers)."""
+    if getattr(self, "_closed", True) or sys.is_finalizing():
+        return
+    warnings.warn(f"{self!r} was garbage-collected without close(): its shared memory and MPI "
+                  "communicators stay allocated until MPI_Finalize; close it (or use 'with')",
+                  ResourceWarning, stacklevel=3)
+    if self._failed is not None:
+        self._closed = True
+        with contextlib.suppress(Exception):
+            release(self)

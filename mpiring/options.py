@@ -58,6 +58,26 @@ def check_comm(comm: Any) -> None:
                                    "group; pass an intracommunicator (e.g. intercomm.Merge())")
 
 
+def check_sm_budget(sm_budget: Any, source: str = "sm_budget=") -> int | None:
+    """None (no budget: each kernel launches the grid it wants), or a positive number of SMs.
+    Environment values are strings: ``""`` is None, anything else must be a positive integer."""
+    if isinstance(sm_budget, str):
+        text = sm_budget.strip()
+        if not text:
+            return None
+        try:
+            sm_budget = int(text)
+        except ValueError:
+            raise InvalidArgumentError(f"{source} {sm_budget!r}: use a positive number of SMs "
+                                       "(e.g. 16), or leave it unset for no budget") from None
+    if sm_budget is None:
+        return None
+    if isinstance(sm_budget, bool) or not isinstance(sm_budget, (int, np.integer)) or sm_budget < 1:
+        raise InvalidArgumentError(f"{source} {sm_budget!r}: use a positive number of SMs (e.g. 16), "
+                                   "or None for no budget")
+    return int(sm_budget)
+
+
 def check_batches(batches: Any) -> int | None:
     if batches is None:
         return None
@@ -75,10 +95,12 @@ class Options:
     forced: str | None  # MPIRING_ALGO: what "auto" runs instead of the table's choice
     slot_bytes: int | None = None  # as asked (None: each backend's default)
     check_mode: str = GPU_CHECK  # where calls of rows that check on the GPU are checked
+    sm_budget: int | None = None  # SMs mpiring's own kernels may hold at once (None: no budget)
+    overlap: bool = False  # auto picks by makespan beside compute (the table's overlap entries)
 
     @classmethod
     def resolve(cls, algorithm: Any, batches: Any, check: bool | str | None, timeout: float | None,
-                slot_bytes: Any = None) -> Options:
+                slot_bytes: Any = None, sm_budget: Any = None, overlap: Any = False) -> Options:
         name = algorithms.check_name(algorithm, source="algorithm=")
         forced = os.environ.get("MPIRING_ALGO", "").strip() or None
         if forced is not None:
@@ -86,8 +108,15 @@ class Options:
             forced = None if forced == algorithms.AUTO else forced
         mode = check_mode(os.environ.get("MPIRING_CHECK", "") if check is None else check,
                           "the environment variable MPIRING_CHECK" if check is None else "check=")
+        budget = (check_sm_budget(os.environ.get("MPIRING_SM_BUDGET", ""),
+                                  "the environment variable MPIRING_SM_BUDGET")
+                  if sm_budget is None else check_sm_budget(sm_budget))
+        if not isinstance(overlap, (bool, np.bool_)):
+            raise InvalidArgumentError(f"overlap={overlap!r}: use True (auto picks what hides best "
+                                       "beside compute) or False (what is fastest alone)")
         return cls(name, check_batches(batches), mode != "off", TimeoutPolicy.resolve(timeout), forced,
-                   check_slot_bytes(slot_bytes), GPU_CHECK if mode == "off" else mode)
+                   check_slot_bytes(slot_bytes), GPU_CHECK if mode == "off" else mode, budget,
+                   bool(overlap))
 
     @classmethod
     def fallback(cls) -> Options:
@@ -111,6 +140,8 @@ class Options:
             "MPIRING_ALGO": self.forced,
             "MPIRING_TUNING_FILE": os.environ.get("MPIRING_TUNING_FILE") or None,
             "MPIRING_DIRECT_BLOCKS": os.environ.get("MPIRING_DIRECT_BLOCKS") or None,
+            "sm_budget": self.sm_budget,  # the direct kernels' grid (their flags line up across ranks)
+            "overlap": self.overlap,  # auto's choice: every rank must run the same row
             "inter": inter,
             "timeout": "finite, positive",  # (a rank with another one rejected its arguments)
         }

@@ -18,8 +18,10 @@ Reference semantics, as plain code (``Communicator._collective``)::
     # with a replay, the call does exactly what the full path would for the same arguments:
     usable(); post(replay.line) if replay.line is not None else None; replay.enqueue(); check.after()
 
-Only CuPy arrays are keyed (their pointer, shape, strides and dtype are cheap to read; a torch
-tensor's stream is not); every other argument type takes the full path. A replay is never
+CuPy arrays and CUDA torch tensors are keyed (their pointer, shape, strides and dtype are
+cheap to read); every other argument type takes the full path. A torch tensor's call, replayed
+or not, runs on torch's current stream (:mod:`mpiring.cuda.streams`), which the communicator
+reads at every such call. A replay is never
 learned for a call that needs more than its launch: the host-side agreement check, ``avg``
 on a row that sums then divides, zero elements, or a call made while a graph is captured.
 Keys include the algorithm table's version (``algorithms.register``), so a new row retires
@@ -75,20 +77,46 @@ class Replays:
     """One communicator's replays, and the key of a call (None: the call has no key).
 
     Args:
-        array_type: the one array type that is keyed (``cupy.ndarray``); None: no type is.
+        array_type: the array type keyed by ``data.ptr``, ``shape``, ``strides``, ``dtype``
+            (``cupy.ndarray``); None: no type is.
         limit: replays kept at most.
+        tensors: whether CUDA torch tensors are keyed too (by ``data_ptr()``, ``shape``,
+            ``stride()``, ``dtype``), once the program has imported torch.
     """
 
-    def __init__(self, array_type: type | None, limit: int = MAX_REPLAYS) -> None:
+    def __init__(self, array_type: type | None, limit: int = MAX_REPLAYS, tensors: bool = False) -> None:
         self.array_type, self.limit = array_type, limit
         self._table: dict[Key, Replay] = {}
         self._ops = _mpi_ops()
+        self._tensors = tensors
+        self._tensor_type: type | None = None  # torch.Tensor, looked up once torch is imported
 
     @classmethod
-    def for_cupy(cls) -> Replays:
-        """Replays keyed on CuPy arrays (CuPy is imported once a communicator uses GPUs)."""
+    def for_gpu(cls) -> Replays:
+        """Replays keyed on CuPy arrays (CuPy is imported once a communicator uses GPUs) and
+        CUDA torch tensors."""
         cupy = sys.modules.get("cupy")
-        return cls(None if cupy is None else cupy.ndarray)
+        return cls(None if cupy is None else cupy.ndarray, tensors=True)
+
+    def is_tensor(self, obj: Any) -> bool:
+        """Whether ``obj`` is exactly a torch tensor (a subclass may change what its data means:
+        the full path then describes it)."""
+        kind = self._tensor_type
+        if kind is None:
+            torch = sys.modules.get("torch") if self._tensors else None
+            if torch is None:
+                return False
+            kind = self._tensor_type = torch.Tensor
+        return type(obj) is kind
+
+    def _buffer_key(self, buf: Any) -> Key | None:
+        """What a buffer's key holds; None: a type that is not keyed (or a CPU tensor)."""
+        array: Any = self.array_type
+        if type(buf) is array:
+            return (buf.data.ptr, buf.shape, buf.strides, buf.dtype)
+        if self.is_tensor(buf) and buf.is_cuda:
+            return (buf.data_ptr(), buf.shape, buf.stride(), buf.dtype)
+        return None
 
     def __len__(self) -> int:
         return len(self._table)
@@ -97,14 +125,18 @@ class Replays:
             batches: Any) -> Key | None:
         """The call's shape as a key, or None when an argument is of a type that is not keyed."""
         array: Any = self.array_type
-        if type(recvbuf) is not array or array is None:
-            return None
-        if sendbuf is None or sendbuf is MPI.IN_PLACE:
-            send: Key = _IN_PLACE
-        elif type(sendbuf) is array:
-            send = (sendbuf.data.ptr, sendbuf.shape, sendbuf.strides, sendbuf.dtype)
+        if type(recvbuf) is array and array is not None:  # the common case, inline
+            recv: Key | None = (recvbuf.data.ptr, recvbuf.shape, recvbuf.strides, recvbuf.dtype)
         else:
-            return None
+            recv = self._buffer_key(recvbuf)
+            if recv is None:
+                return None
+        if sendbuf is None or sendbuf is MPI.IN_PLACE:
+            send: Key | None = _IN_PLACE
+        else:
+            send = self._buffer_key(sendbuf)
+            if send is None:
+                return None
         kind = type(op)
         if kind is Op or kind is str:
             op_key = op
@@ -114,8 +146,7 @@ class Replays:
                 return None
         if not (algorithm is None or type(algorithm) is str) or not (batches is None or type(batches) is int):
             return None
-        return (collective, recvbuf.data.ptr, recvbuf.shape, recvbuf.strides, recvbuf.dtype, send,
-                op_key, algorithm, batches, algorithms.version())
+        return (collective, recv, send, op_key, algorithm, batches, algorithms.version())
 
     def get(self, key: Key | None) -> Replay | None:
         return None if key is None else self._table.get(key)

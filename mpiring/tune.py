@@ -3,11 +3,16 @@
 
     mpiexec -n 2 python -m mpiring.tune           # measure, write, print the path
     mpiexec -n 2 python -m mpiring.tune --show    # which table auto uses here (measures nothing)
+    mpiexec -n 2 python -m mpiring.tune --overlap # also: what hides best beside a GEMM
 
 It measures every candidate of auto (:func:`mpiring.algorithms.auto_candidates`) at every
 size twice, as eager calls and replayed from a CUDA graph, and keeps the fastest at each size
-for each kind of call (the command is :mod:`mpiring.bench.tune`, which documents the details
-and the options; this entry point only changes where the table goes by default).
+for each kind of call. ``--overlap`` (GPUs) measures them a third time, beside a GEMM on
+another stream, and keeps the one with the smallest makespan (``T_both`` of ``python -m
+mpiring.bench --overlap gemm``): the entries auto uses for calls made with ``overlap=True``,
+where what hides best need not be what is fastest alone. The command is
+:mod:`mpiring.bench.tune`, which documents the details and the options; this entry point only
+changes where the table goes by default.
 
 Where the table goes: ``<dir>/<gpu>-<ranks>x-<link>.json``, named for this machine's
 :class:`~mpiring.machine.MachineKey` (e.g. ``nvidia-h200-2x-nvlink.json``), where ``<dir>`` is

@@ -258,3 +258,113 @@ def test_format_2_round_trip(eager, graph, gpu, link) -> None:
     assert again == t and again.graph.keys() == {2}
     for nbytes in (0, 1, 4096, 1 << 20, 1 << 40):
         assert again.choose(2, nbytes, graph=True) == tuning.pick(t.graph[2], nbytes)
+
+
+# -- overlap entries: the smallest makespan beside a GEMM (overlap=True) ---------------------------
+
+OVERLAPPED = {"2": {"eager": [[4096, "nccl"], [None, "twoshot"]],
+                    "graph": [[1 << 20, "oneshot"], [None, "nccl"]],
+                    "overlap": [[65536, "oneshot"], [None, "ring"]]},
+              "4": {"eager": [[None, "twoshot"]], "graph": [[None, "nccl"]]},
+              "8": {"eager": [[None, "twoshot"]], "overlap": [[1024, "nccl"], [None, "ring"]]}}
+
+
+def test_overlap_entries_serve_overlapped_calls_only() -> None:
+    t = table2(OVERLAPPED)
+    assert t.choose(2, 1024, overlap=True) == "oneshot" and t.choose(2, 1024) == "nccl"
+    assert t.choose(2, 1 << 30, overlap=True) == "ring" and t.choose(2, 1 << 30) == "twoshot"
+    assert t.choose(2, 1024, graph=True) == "oneshot" and t.choose(2, 1 << 30, graph=True) == "nccl"
+    # 4 ranks have no overlap entries: overlap=True picks as eager and graph calls do
+    for nbytes in (1, 1 << 20, 1 << 40):
+        for graph in (False, True):
+            assert t.choose(4, nbytes, graph=graph, overlap=True) == t.choose(4, nbytes, graph=graph)
+    assert t.choose(3, 1024, overlap=True) == tuning.builtin_choice(3, 1024)  # no table at all
+    assert (t.has_overlap(2), t.has_overlap(4), t.has_overlap(8), t.has_overlap(3)) == \
+        (True, False, True, False)
+
+
+def test_while_capturing_an_overlap_pick_that_cannot_be_captured_gives_way_to_the_graph_choice() -> None:
+    t = table2(OVERLAPPED)
+    assert t.choose(2, 1024, graph=True, overlap=True) == "oneshot"  # capturable: kept
+    assert t.choose(2, 1 << 30, graph=True, overlap=True) == "nccl"  # ring: the graph entries'
+    # no graph entries for 8 ranks: the graph choice is the eager one
+    assert t.choose(8, 1 << 30, graph=True, overlap=True) == "twoshot"
+    assert t.choose(8, 512, graph=True, overlap=True) == "nccl"
+
+
+def test_differs_for_overlapped_calls() -> None:
+    t = table2(OVERLAPPED)
+    assert t.differs(2, 1 << 30, overlap=True)  # ring outside, nccl inside a capture
+    assert not t.differs(2, 1024, overlap=True)  # oneshot both ways
+    assert t.differs(2, 1024) and t.differs(2, 1 << 30)  # overlap=False: today's answers
+    assert not t.differs(8, 1 << 30)  # no graph entries: eager both ways
+    assert t.differs(8, 1 << 30, overlap=True)  # ring outside, the eager twoshot inside
+    assert not t.differs(8, 512, overlap=True)  # nccl both ways
+    assert t.differs(4, 1024, overlap=True) and t.differs(4, 1024)  # no overlap entries: as today
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"2": {"eager": [[None, "nccl"]], "overlap": [[None, "bogus"]]}}, "for 2 ranks (overlap)"),
+    ({"2": {"eager": [[None, "nccl"]], "overlap": [[10, "nccl"], [5, "ring"]]}},
+     "sizes for 2 ranks (overlap) must be increasing"),
+    ({"2": {"eager": [[None, "nccl"]], "overlap": [[None, "ring"], [10, "nccl"]]}},
+     "only the last entry for 2 ranks (overlap)"),
+    ({"2": {"eager": [[None, "nccl"]], "overlap": "ring"}}, "must be a list"),
+    ({"2": {"eager": [], "overlap": [[None, "ring"]]}}, "overlap entries but no eager"),
+    ({"2": {"eager": [[None, "nccl"]], "overlaps": []}},
+     "unknown key 'overlaps' in the table for 2 ranks (expected 'eager', 'graph' or 'overlap')"),
+    ({"2": {"overlap": [[None, "nccl"]]}}, 'must be {"eager"'),
+])
+def test_bad_overlap_ladders_are_refused_with_the_reason(data: dict, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        table2(data)
+
+
+def test_an_overlap_ladder_may_hold_the_ring_and_may_be_empty_or_null() -> None:
+    t = table2({"2": {"eager": [[None, "nccl"]], "overlap": [[None, "ring"]]},
+                "4": {"eager": [[None, "nccl"]], "overlap": []},
+                "8": {"eager": [[None, "nccl"]], "overlap": None}})
+    assert t.overlap == {2: ((None, "ring"),)}
+    assert "overlap" not in tuning.to_json(t)["tables"]["4"]
+
+
+def test_the_docstrings_format_2_example_parses() -> None:
+    doc = tuning.__doc__ or ""
+    start = doc.index('"tables": {"2"')
+    text = "{" + doc[start:doc.index("}}}", start) + 3]
+    t = tuning.parse({"format": 2, **json.loads(text)})
+    assert t.has_overlap(2) and t.choose(2, 1 << 30, overlap=True) == "ring"
+
+
+@given(LADDERS, LADDERS.filter(lambda rows: all(a in CAPTURABLE for _, a in rows)), LADDERS,
+       st.sampled_from([None, "NVIDIA H200"]), st.booleans())
+def test_format_2_round_trip_with_overlap(eager, graph, overlap, gpu, with_graph) -> None:
+    rows = {"2": {"eager": eager, "overlap": overlap, **({"graph": graph} if with_graph else {})},
+            "6": {"eager": eager}}
+    t = table2(rows, gpu)
+    doc = tuning.to_json(t)
+    assert list(doc["tables"]["2"]) == ["eager", *(["graph"] if with_graph else []), "overlap"]
+    again = tuning.parse(json.loads(json.dumps(doc)))
+    assert again == t and again.overlap.keys() == {2} and not again.has_overlap(6)
+    assert again.overlap[2] == tuple((m, a) for m, a in overlap)
+
+
+@given(LADDERS, LADDERS.filter(lambda rows: all(a in CAPTURABLE for _, a in rows)), LADDERS,
+       st.booleans(), st.lists(st.integers(0, 1 << 36), min_size=1, max_size=10))
+def test_overlap_entries_change_overlapped_calls_only(eager, graph, overlap, with_graph,
+                                                      sizes) -> None:
+    """overlap=False picks exactly as a table without overlap entries; overlap=True picks the
+    overlap ladder's entry, save inside a capture where it cannot be captured; differs() says
+    whether the two sides of a capture pick otherwise."""
+    base = {"eager": eager, **({"graph": graph} if with_graph else {})}
+    plain, t = table2({"2": base}), table2({"2": {**base, "overlap": overlap}})
+    for nbytes in sizes:
+        mine = tuning.pick(t.overlap[2], nbytes)
+        for capture in (False, True):
+            assert t.choose(2, nbytes, graph=capture) == plain.choose(2, nbytes, graph=capture)
+            want = mine if not capture or get(mine).graph_capturable else \
+                plain.choose(2, nbytes, graph=True)
+            assert t.choose(2, nbytes, graph=capture, overlap=True) == want
+        assert t.differs(2, nbytes) == plain.differs(2, nbytes)
+        assert t.differs(2, nbytes, overlap=True) == (
+            t.choose(2, nbytes, graph=True, overlap=True) != t.choose(2, nbytes, overlap=True))

@@ -58,6 +58,23 @@ def test_the_overlap_banner_names_the_planned_sms() -> None:
     class Load:
         size, dtype, backend, sms = 8192, "float16", "CuPy", 116
 
-    assert "CuPy, planned for 116 SMs (--gemm-sms)" in describe(Load(), 1.45e-3)
+    assert "CuPy, planned for 116 SMs)" in describe(Load(), 1.45e-3)
     Load.sms = 0
     assert "planned" not in describe(Load(), 1.45e-3)
+
+
+def test_sm_budget_option() -> None:
+    assert parse_args([]).sm_budget is None
+    assert parse_args(["--overlap", "gemm", "--sm-budget", "16"]).sm_budget == 16
+    with pytest.raises(SystemExit):
+        parse_args(["--sm-budget", "0"])
+
+
+def test_the_gemms_leave_the_budget_to_mpiring() -> None:
+    """Without --gemm-sms, the GEMMs are planned for the SMs mpiring's budget leaves."""
+    assert carveout.sms_left(None, 132) == 0  # no budget: every SM (cuBLAS's 0)
+    assert carveout.sms_left(16, 132) == 116
+    assert carveout.sms_left(131, 132) == 1
+    for budget in (132, 200):
+        with pytest.raises(ValueError, match=f"budget of {budget} leaves none of the GPU's 132 SMs"):
+            carveout.sms_left(budget, 132)

@@ -143,13 +143,21 @@ class Budget:
 
 
 def test_sms_held_reads_the_communicators_budget():
-    assert sms_held(Budget(24), "ring") == 24 and sms_held(Budget(24), "nccl") == 24
+    assert sms_held(Budget(24), "ring") == 24 and sms_held(Budget(24), "oneshot-ll") == 24
     assert sm_hold(Budget(16), "twoshot") == (16, "comm.sm_budget")
     per_row = Budget(lambda algo: 8 if algo == "ring" else None)
     assert sms_held(per_row, "ring") == 8
     assert sm_hold(per_row, "oneshot", {}) == (None, ALL_SMS)  # no budget for this row
     assert sm_hold(Budget(None), "ring") == (None, ALL_SMS)
     assert sm_hold(object(), "ring", {}).sms is None
+    # A peer's kernels are not mpiring's: the budget does not bound them.
+    assert sm_hold(Budget(24), "torch-symm-1shot", {}).sms is None
+
+
+def test_the_budget_does_not_bound_nccl():
+    """NCCL's kernels are NCCL's: its channel cap, not mpiring's sm_budget, bounds them."""
+    assert sm_hold(Budget(12), "nccl", {"NCCL_MAX_NCHANNELS": "16"}).sms == 16
+    assert sm_hold(Budget(12), "nccl-ring", {}).sms is None
 
 
 def test_nccl_holds_its_channel_cap_if_the_environment_sets_one():
@@ -161,7 +169,6 @@ def test_nccl_holds_its_channel_cap_if_the_environment_sets_one():
     unknown = sm_hold(object(), "nccl", {"NCCL_MIN_NCHANNELS": "8", "NCCL_MAX_NCHANNELS": "x"})
     assert unknown.sms is None and "unknown" in unknown.source and "at least 8" in unknown.source
     assert sm_hold(object(), "nccl", {}).source.startswith("unknown")
-    assert sm_hold(Budget(12), "nccl", env).sms == 12  # a stated budget wins
 
 
 def test_sms_label():

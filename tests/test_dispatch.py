@@ -391,3 +391,35 @@ def test_a_lazy_row_is_captured_only_after_it_ran_outside_a_capture(monkeypatch)
     assert prepare_on_gpu(d, gpu, 1024, False, monkeypatch) == "nccl" and d._made == {"nccl"}
     assert prepare_on_gpu(d, gpu, 1 << 30, True, monkeypatch) == "nccl"
     assert prepare_on_gpu(d, gpu, 1 << 30, False, monkeypatch) == "twoshot"
+
+
+OVERLAP_TABLE = {"format": 2, "tables": {"2": {
+    "eager": [[65536, "oneshot"], [None, "twoshot"]],
+    "graph": [[None, "twoshot"]],
+    "overlap": [[65536, "oneshot"], [None, "ring"]]}}}
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_overlap_picks_from_the_tables_overlap_entries(overlap: bool) -> None:
+    """``Communicator(overlap=True)``: auto reads the overlap ladder (smallest makespan beside
+    compute); while a graph is captured, a pick that cannot be captured gives way to the graph
+    ladder's, and the eager answer comes back once the capture ends."""
+    gpu = FakeGpu()
+    topo = from_node_keys([0, 0])
+    d = Dispatcher("auto", None, None, auto_table.parse(OVERLAP_TABLE), topo, host=None, gpu=gpu,
+                   overlap=overlap)
+    assert d.row(4096, Memory.CUDA, None).name == "oneshot"
+    big = "ring" if overlap else "twoshot"
+    assert d.row(1 << 20, Memory.CUDA, None).name == big
+    gpu.capture = True
+    assert d.row(1 << 20, Memory.CUDA, None).name == "twoshot"
+    gpu.capture = False
+    assert d.row(1 << 20, Memory.CUDA, None).name == big
+
+
+def test_overlap_without_overlap_entries_keeps_the_usual_choice() -> None:
+    plain = {"format": 2, "tables": {"2": {"eager": OVERLAP_TABLE["tables"]["2"]["eager"]}}}
+    topo = from_node_keys([0, 0])
+    d = Dispatcher("auto", None, None, auto_table.parse(plain), topo, host=None, gpu=FakeGpu(),
+                   overlap=True)
+    assert [d.row(n, Memory.CUDA, None).name for n in (4096, 1 << 20)] == ["oneshot", "twoshot"]

@@ -56,7 +56,7 @@ def test_regions_must_be_64k_multiples() -> None:
 
 
 def test_default_layout_size_is_what_the_readme_states() -> None:
-    from mpiring.backends.gpu import staging_layout
+    from mpiring.cuda.layout import staging_layout
 
     assert staging_layout(None).alloc_bytes == 332 << 20
     assert staging_layout(None).ll_limit == 64 << 10  # the oneshot-ll limit the README states

@@ -4,6 +4,7 @@ for calls that need nothing but their launch (and the check's post)."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -159,3 +160,60 @@ def test_every_row_that_binds_is_a_one_launch_gpu_row() -> None:
     """The table's bindable rows, as the README says: oneshot, twoshot, oneshot-ll."""
     assert sorted(a.name for a in algorithms.rows() if a.bind is not None) == ["oneshot", "oneshot-ll",
                                                                                 "twoshot"]
+
+
+class FakeTensor:
+    """What the key reads off a torch tensor: ``data_ptr()``, ``shape``, ``stride()``,
+    ``dtype``, ``is_cuda``."""
+
+    def __init__(self, ptr: int, shape=(8,), stride=(1,), dtype="float32", is_cuda=True) -> None:
+        self.ptr, self.shape, self._stride, self.dtype, self.is_cuda = ptr, shape, stride, dtype, is_cuda
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def stride(self) -> tuple[int, ...]:
+        return self._stride
+
+
+@pytest.fixture
+def torch_imported(monkeypatch):
+    """A program that imported torch (here a stand-in whose Tensor is FakeTensor)."""
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=FakeTensor))
+
+
+TENSOR_VARIANTS = {
+    "pointer": dict(recv=FakeTensor(65)),
+    "shape": dict(recv=FakeTensor(64, shape=(2, 4), stride=(4, 1))),
+    "stride": dict(recv=FakeTensor(64, stride=(2,))),
+    "dtype": dict(recv=FakeTensor(64, dtype="bfloat16")),
+    "sendbuf": dict(send=FakeTensor(128)),
+}
+
+
+@pytest.mark.parametrize("change", sorted(TENSOR_VARIANTS))
+def test_a_cuda_tensors_shape_is_its_key(torch_imported, change) -> None:
+    r = Replays(FakeArray, tensors=True)
+    base = dict(recv=FakeTensor(64))
+    assert key(r, **base) == key(r, FakeTensor(64)) is not None
+    assert key(r, **base) != key(r, **{**base, **TENSOR_VARIANTS[change]})
+    assert key(r, FakeTensor(64)) != key(r, FakeArray(64))  # a CuPy array at the same address
+
+
+def test_tensors_not_keyed(torch_imported) -> None:
+    """A CPU tensor (the host path), a subclass of Tensor (its data may mean something else),
+    a communicator that keys no tensors, a CPU tensor as sendbuf."""
+    class Sub(FakeTensor):
+        pass
+
+    r = Replays(FakeArray, tensors=True)
+    assert key(r, FakeTensor(64, is_cuda=False)) is None
+    assert key(r, Sub(64)) is None
+    assert key(Replays(FakeArray), FakeTensor(64)) is None
+    assert key(r, FakeArray(64), FakeTensor(8, is_cuda=False)) is None
+    assert key(r, FakeArray(64), FakeTensor(8)) is not None  # a CuPy recv, a CUDA tensor send
+
+
+def test_without_torch_imported_no_tensor_is_keyed(monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert key(Replays(FakeArray, tensors=True), FakeTensor(64)) is None

@@ -6,6 +6,7 @@ byte for byte, metadata included. If this fails after new results or a new auto 
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from mpiring.algorithms import auto as tuning
 from mpiring.algorithms import auto_candidates
 from mpiring.bench import shipped
-from mpiring.bench.results import read_csv
+from mpiring.bench.results import read_csv, write_csv
 from mpiring.bench.tunefile import table_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,3 +87,55 @@ def test_a_csv_of_another_kind_is_refused(tmp_path: Path) -> None:
         shipped.build(tmp_path, sources)
     built = shipped.build(tmp_path, {2: sources[4]})
     assert built.tables[2] == tuning.load().tables[2]
+
+
+# -- overlap entries: only from a committed makespan run of that machine and rank count ----------
+
+
+def test_no_makespan_run_is_committed_for_2_or_4_ranks_so_no_overlap_entries(capsys) -> None:
+    table = tuning.load()
+    assert table.overlap == {} and not shipped.OVERLAP_SOURCES
+    assert shipped.overlap_gaps(table) == [f"{n} ranks: {shipped.OVERLAP_GAP}" for n in (2, 4)]
+    assert shipped.main(["--root", str(ROOT), "--check"]) == 0
+    assert "4 ranks: overlap: not measured" in capsys.readouterr().out
+
+
+def _makespan_results(tmp_path: Path) -> dict[int, tuple[str, str]]:
+    """The 2-rank results in a new root, with a makespan run made of the eager CSV's rows:
+    T_both favours the ring from 1 MiB on, NCCL below, and one-shot's makespan is missing."""
+    (tmp_path / "results").mkdir()
+    for name in ("h200x2.csv", "h200x2.json", "h200x2-graph.csv", "h200x2-graph.json"):
+        shutil.copy(ROOT / "results" / name, tmp_path / "results" / name)
+    shutil.copy(ROOT / "results/h200x2.json", tmp_path / "results/h200x2-makespan.json")
+    rows = read_csv(ROOT / "results/h200x2.csv")
+    for r in rows:
+        if r.timed and r.algo != "oneshot":
+            favoured = "ring" if r.size_bytes >= 1 << 20 else "nccl"
+            r.t_both_us = 1000.0 + r.size_bytes / 1e6 - (500.0 if r.algo == favoured else 0.0)
+    write_csv(tmp_path / "results/h200x2-makespan.csv", rows)
+    return {2: shipped.SOURCES[2]}
+
+
+def test_a_makespan_run_gives_the_overlap_entries_and_says_where_from(tmp_path: Path) -> None:
+    sources = _makespan_results(tmp_path)
+    built = shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"})
+    shipped_table = tuning.load()
+    assert built.tables[2] == shipped_table.tables[2] and built.graph[2] == shipped_table.graph[2]
+    assert built.overlap == {2: ((1 << 19, "nccl"), (None, "ring"))}
+    assert built.choose(2, 1 << 30, overlap=True) == "ring"
+    assert built.choose(2, 1 << 30, graph=True, overlap=True) == shipped_table.choose(2, 1 << 30, graph=True)
+    run = built.meta["runs"]["2"]["overlap"]
+    assert run["source"] == "results/h200x2-makespan.csv" and "T_both" in run["timing"]
+    assert "oneshot: not measured" in run["gaps"] and "oneshot" not in run["candidates"]
+    assert shipped.overlap_gaps(built) == []
+    assert tuning.parse(json.loads(table_json(built))) == built
+    # without the makespan run, the same results give the shipped 2-rank table, no overlap
+    assert shipped.build(tmp_path, sources, {}).overlap == {}
+
+
+def test_a_makespan_run_must_hold_makespans_of_a_rank_count_with_eager_results(tmp_path: Path) -> None:
+    sources = _makespan_results(tmp_path)
+    with pytest.raises(ValueError, match=r"makespan runs for \[4\] ranks"):
+        shipped.build(tmp_path, sources, {4: "results/h200x2-makespan.csv"})
+    with pytest.raises(ValueError, match="no candidate of auto's makespan was timed"):
+        shipped.build(tmp_path, sources, {2: "results/h200x2.csv"})  # no t_both_us

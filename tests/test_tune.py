@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 from mpiring.algorithms import auto_candidates
 from mpiring.algorithms.auto import TuningTable, load, parse
-from mpiring.bench import tune, tunefile
+from mpiring.bench import tune, tune_overlap, tunefile
 from mpiring.bench.results import Row
 from mpiring.machine import MachineKey
 
@@ -208,3 +208,115 @@ def test_serial_show(capsys, monkeypatch, tmp_path):
                      per_user=True) == 0
     out = capsys.readouterr().out
     assert "# auto: 1 x none, none: no GPU: auto runs the ring on host arrays" in out
+
+
+# -- --overlap: the smallest makespan beside a GEMM ---------------------------------------------
+
+
+def spanned(algo, size, time_us, t_both_us, status="ok") -> Row:
+    """A row of the overlap sweep: its time alone and its makespan T_both beside the GEMMs."""
+    r = row(algo, size, time_us, status)
+    r.t_both_us = t_both_us
+    return r
+
+
+# Alone the fastest are oneshot (1 KiB), twoshot (1 MiB) and nccl (1 GiB); beside the GEMM the
+# smallest makespans are nccl, ring and ring: what hides best is not what is fastest alone.
+OVERLAP_ROWS = [spanned("nccl", 1024, 30, 900), spanned("oneshot", 1024, 10, 950),
+                spanned("twoshot", 1024, 20, 990), spanned("ring", 1024, 140, 1200),
+                spanned("nccl", 1 << 20, 40, 2100), spanned("oneshot", 1 << 20, 60, 2500),
+                spanned("twoshot", 1 << 20, 35, 2050), spanned("ring", 1 << 20, 150, 1900),
+                spanned("nccl", 1 << 30, 4400, 9000), spanned("twoshot", 1 << 30, 5000, 9500),
+                spanned("ring", 1 << 30, 4500, 7000),
+                spanned("oneshot", 1 << 30, None, None, "inapplicable"),
+                spanned("ring", 4 << 30, 9000, None),  # timed alone, makespan not measured
+                spanned("nccl-ring", 1 << 30, 1, 1)]  # no candidate of auto
+
+
+def test_makespan_timings_are_the_t_both_of_measured_candidates():
+    times = tunefile.makespan_timings(OVERLAP_ROWS, 4)
+    assert len(times) == 11 and (4, 1024, "nccl", pytest.approx(900e-6)) in times
+    assert not any(n == 4 << 30 or a in ("nccl-ring", "oneshot") and n == 1 << 30
+                   for _, n, a, _ in times)
+    assert tune_overlap.unmeasured(OVERLAP_ROWS, times) == ["4 GiB"]
+
+
+def test_the_overlap_ladder_keeps_the_smallest_makespan(tmp_path):
+    table = tune.make_table(tune.timings(ROWS, 4), 4, RUN, graph_times=tune.timings(GRAPH_ROWS, 4),
+                            key=KEY, overlap_times=tunefile.makespan_timings(OVERLAP_ROWS, 4))
+    assert table.tables[4] == ((1024, "oneshot"), (1 << 20, "twoshot"), (None, "ring"))
+    assert table.overlap[4] == ((1024, "nccl"), (None, "ring"))
+    assert table.choose(4, 1 << 20) == "twoshot" and table.choose(4, 1 << 20, overlap=True) == "ring"
+    assert table.choose(4, 1 << 20, graph=True, overlap=True) == "nccl"  # ring cannot be captured
+    path = tune.write_table(tmp_path / "t.json", table)
+    assert load(path) == table
+    assert ('   "graph": [[1024, "oneshot"], [null, "nccl"]],\n'
+            '   "overlap": [[1024, "nccl"], [null, "ring"]]\n  }') in path.read_text()
+    assert tunefile.ladder_lines(table, 4)[-3:] == [
+        "beside a GEMM (overlap=True, smallest makespan):", "  up to 1 KiB        nccl",
+        "  above 1 KiB        ring"]
+    plain = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY)
+    assert plain.overlap == {} and not any("GEMM" in line for line in tunefile.ladder_lines(plain, 4))
+
+
+def test_merging_keeps_other_counts_overlap_entries_and_replaces_this_ones():
+    base = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY,
+                           overlap_times=tunefile.makespan_timings(OVERLAP_ROWS, 4))
+    two = [(2, n, a, t) for _, n, a, t in tunefile.makespan_timings(OVERLAP_ROWS, 4)
+           if n != 1024]
+    merged = tune.make_table([(2, 1, "nccl", 1.0)], 2, RUN, base, key=KEY._replace(ranks=2),
+                             overlap_times=two)
+    assert merged.overlap == {4: base.overlap[4], 2: ((None, "ring"),)}
+    again = tune.make_table(tune.timings(ROWS, 4), 4, RUN, merged, key=KEY)  # no --overlap now
+    assert again.overlap == {2: ((None, "ring"),)}  # the 4-rank table is replaced, overlap too
+    assert parse(json.loads(tune.table_json(merged))) == merged
+
+
+class _Reporter:
+    def __init__(self):
+        self.errors = []
+
+    def error(self, text):
+        self.errors.append(text)
+
+
+def test_the_overlap_sweep_gives_its_times_and_run_metadata():
+    from types import SimpleNamespace
+
+    sweep = SimpleNamespace(rows=OVERLAP_ROWS, sizes=[1024, 1 << 20, 1 << 30, 4 << 30],
+                            algos=["nccl", "oneshot", "twoshot", "ring"],
+                            meta={"date": "2026-01-02T03:04:05+00:00"},
+                            workload="gemm: 8192x8192 float16 GEMMs (CuPy)")
+    rep = _Reporter()
+    times, info = tune_overlap.finish(sweep, 4, rep, "mpiring.tune")
+    assert times == tunefile.makespan_timings(OVERLAP_ROWS, 4)
+    assert info["overlap measured"] == "2026-01-02T03:04:05+00:00"
+    assert info["overlap sizes"] == "1 KiB .. 4 GiB (4 sizes)"
+    assert info["overlap workload"].startswith("gemm: 8192x8192") and "T_both" in info["overlap metric"]
+    assert len(rep.errors) == 1 and "no makespan measured at 4 GiB" in rep.errors[0]
+    assert tune_overlap.finish(None, 4, rep, "x") == ([], {}) and len(rep.errors) == 1
+
+
+def test_overlap_option_and_the_bench_options_of_its_sweep(capsys):
+    assert not tune.parse_args([]).overlap and tune.parse_args(["--overlap"]).overlap
+    bench = tune_overlap.bench_options(tune.parse_args(["--overlap", "-b", "1M"]).bench)
+    assert (bench.overlap, bench.overlap_shapes, bench.timing) == ("gemm", ("gemm",), "eager")
+    assert bench.algos == auto_candidates() and bench.minbytes == 1 << 20
+    assert not bench.overlap_slowdowns  # the makespan alone: slowdowns would double the sweep
+    with pytest.raises(SystemExit) as exc:
+        tune.parse_args(["--overlap", "--show"])
+    assert exc.value.code == 2 and "--show measures nothing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--help"])
+    assert "--overlap" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
+def test_serial_overlap_is_refused_on_the_host_before_measuring(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    status = tune.main(["--host", "--overlap", "-b", "1K", "-e", "4K", "--time-budget", "0.003",
+                        "-o", str(path), "--progress", "off"])
+    captured = capsys.readouterr()
+    assert status == 3 and not path.exists()
+    assert "--overlap needs GPUs" in captured.err and "--host was given" in captured.err
+    assert "mpiring tuning" not in captured.out  # no sweep started

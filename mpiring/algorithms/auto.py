@@ -4,17 +4,24 @@ tells the machine).
 
 A table is measured on one kind of machine (``python -m mpiring.tune`` measures this one) and
 says which: the GPU model and the link between the node's GPUs (a
-:class:`~mpiring.machine.MachineKey` adds the ranks on the node). Per rank count it holds two
-ladders of ``[max_bytes, algorithm]``: ``eager``, for calls made from Python one by one (bound
-by the host, 15-30 µs each on an H200), and ``graph``, for calls replayed from a CUDA graph
-(bound by the GPU, ~5 µs), whose winners differ. ``graph`` is optional: eager serves both then.
+:class:`~mpiring.machine.MachineKey` adds the ranks on the node). Per rank count it holds up to
+three ladders of ``[max_bytes, algorithm]``: ``eager``, for calls made from Python one by one
+(bound by the host, 15-30 µs each on an H200), and ``graph``, for calls replayed from a CUDA
+graph (bound by the GPU, ~5 µs), whose winners differ; and ``overlap``, for calls the caller
+says run beside compute: the algorithm with the smallest *makespan* when the allreduce runs
+beside a GEMM on another stream (``T_both`` of ``python -m mpiring.bench --overlap gemm``,
+measured by ``python -m mpiring.tune --overlap``), which is not always the fastest alone: an
+algorithm that moves data with the copy engines may lose alone and still hide best, since it
+leaves the GEMM its SMs. ``graph`` and ``overlap`` are optional: eager serves in their place.
+An overlap pick that cannot be captured gives way, inside a capture, to the graph choice.
 
 Format 2 (JSON), what the tuner writes::
 
     {"format": 2, "gpu": "NVIDIA H200", "link": "nvlink", "dtype": "float32", "op": "sum",
      "runs": {"2": {...where, when and from what it was measured...}},
      "tables": {"2": {"eager": [[2048, "nccl"], [536870912, "twoshot"], [null, "ring"]],
-                      "graph": [[1048576, "oneshot"], [null, "twoshot"]]}}}
+                      "graph": [[1048576, "oneshot"], [null, "twoshot"]],
+                      "overlap": [[65536, "oneshot"], [null, "ring"]]}}}
 
 ``"gpu"`` or ``"link"`` left out (or null) means "any". Format 1, written before machine keys,
 still reads: a table for any GPU and link, eager entries only::
@@ -24,7 +31,8 @@ still reads: a table for any GPU and link, eager entries only::
 Each ladder lists entries in increasing ``max_bytes``; the first whose ``max_bytes`` is at
 least the message size wins; ``null`` means "any size"; the last entry covers larger sizes even
 with a limit. Algorithm names are rows of the algorithm table marked ``auto``
-(:func:`mpiring.algorithms.auto_candidates`); graph entries must be rows that can be captured.
+(:func:`mpiring.algorithms.auto_candidates`); graph entries must be rows that can be captured,
+overlap entries may be any (the ring too); either needs eager entries for its rank count.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ if TYPE_CHECKING:
 FORMAT = 2  # what to_json writes
 FORMATS = (1, 2)  # what parse reads
 SHIPPED = "tuning-h200.json"
-EAGER, GRAPH = "eager", "graph"
+EAGER, GRAPH, OVERLAP = "eager", "graph", "overlap"
+LADDERS = (EAGER, GRAPH, OVERLAP)
 
 Entry = tuple[int | None, str]
 Entries = tuple[Entry, ...]
@@ -62,7 +71,8 @@ def pick(entries: Entries, nbytes: int) -> str:
 @dataclass(frozen=True)
 class TuningTable:
     """One kind of machine's table: per rank count, eager entries (``tables``) and, optionally,
-    graph entries (``graph``); ``gpu``/``link`` None: any."""
+    graph entries (``graph``) and overlap entries (``overlap``: the smallest makespan beside a
+    GEMM); ``gpu``/``link`` None: any."""
 
     tables: dict[int, Entries]
     machine: str = ""
@@ -71,22 +81,37 @@ class TuningTable:
     graph: dict[int, Entries] = field(default_factory=dict)
     gpu: str | None = None
     link: str | None = None
+    overlap: dict[int, Entries] = field(default_factory=dict)
 
-    def choose(self, world_size: int, nbytes: int, graph: bool = False) -> str:
+    def choose(self, world_size: int, nbytes: int, graph: bool = False,
+               overlap: bool = False) -> str:
         """The algorithm for a message of ``nbytes`` on ``world_size`` ranks; ``graph``: while
-        a CUDA graph is being captured (the graph entries, else the eager ones)."""
+        a CUDA graph is being captured (the graph entries, else the eager ones); ``overlap``:
+        the call runs beside compute (the overlap entries, where this rank count has them,
+        unless a capture is running and their pick cannot be captured: then as ``graph``)."""
+        if overlap:
+            ladder = self.overlap.get(world_size)
+            if ladder:
+                algo = pick(ladder, nbytes)
+                if not graph or _capturable(algo):
+                    return algo
         entries = (self.graph.get(world_size) if graph else None) or self.tables.get(world_size)
         if not entries:
             return builtin_choice(world_size, nbytes)
         return pick(entries, nbytes)
 
-    def differs(self, world_size: int, nbytes: int) -> bool:
-        """Whether a call of ``nbytes`` picks otherwise while a graph is being captured (only
-        then need the dispatcher ask whether one is)."""
-        entries = self.graph.get(world_size)
-        if not entries:
+    def differs(self, world_size: int, nbytes: int, overlap: bool = False) -> bool:
+        """Whether a call of ``nbytes`` (beside compute: ``overlap``) picks otherwise while a
+        graph is being captured (only then need the dispatcher ask whether one is)."""
+        if not self.graph.get(world_size) and not (overlap and self.overlap.get(world_size)):
             return False
-        return pick(entries, nbytes) != self.choose(world_size, nbytes)
+        return (self.choose(world_size, nbytes, graph=True, overlap=overlap)
+                != self.choose(world_size, nbytes, overlap=overlap))
+
+    def has_overlap(self, world_size: int) -> bool:
+        """Whether ``world_size`` ranks have overlap entries (without, ``overlap=True`` picks
+        as eager and graph calls do)."""
+        return bool(self.overlap.get(world_size))
 
     def covers(self, key: MachineKey) -> bool:
         """Whether this table serves the machine ``key`` (its model, link and rank count)."""
@@ -187,31 +212,36 @@ def parse(data: Any, source: str = "tuning table") -> TuningTable:
     if not isinstance(raw, dict):
         raise InvalidArgumentError(f"{source}: \"tables\" must map rank counts to entries")
     eager: dict[int, Entries] = {}
-    graph: dict[int, Entries] = {}
+    extra: dict[str, dict[int, Entries]] = {GRAPH: {}, OVERLAP: {}}
     for key, value in raw.items():
         world = _rank_count(key, source)
         ladders = {EAGER: value} if fmt == 1 else value
         if fmt == 2 and (not isinstance(value, dict) or EAGER not in value):
             raise InvalidArgumentError(f"{source}: the table for {world} ranks must be "
-                                       '{"eager": [...], "graph": [...]} (graph optional)')
-        unknown = sorted(set(ladders) - {EAGER, GRAPH})
+                                       '{"eager": [...], "graph": [...], "overlap": [...]} '
+                                       "(graph and overlap optional)")
+        unknown = sorted(set(ladders) - set(LADDERS))
         if unknown:
             raise InvalidArgumentError(f"{source}: unknown key {unknown[0]!r} in the table for "
-                                       f"{world} ranks (expected {EAGER!r} and {GRAPH!r})")
+                                       f"{world} ranks (expected {EAGER!r}, {GRAPH!r} or "
+                                       f"{OVERLAP!r})")
         entries = _entries(ladders[EAGER], f"{world} ranks", source)
         if entries:
             eager[world] = entries
-        if ladders.get(GRAPH) is not None:
-            entries = _entries(ladders[GRAPH], f"{world} ranks (graph)", source, graph=True)
+        for kind in (GRAPH, OVERLAP):
+            if ladders.get(kind) is None:
+                continue
+            entries = _entries(ladders[kind], f"{world} ranks ({kind})", source,
+                               graph=kind == GRAPH)
             if entries and world not in eager:
-                raise InvalidArgumentError(f"{source}: {world} ranks have graph entries but no "
-                                           "eager ones (eager serves calls outside graphs)")
+                raise InvalidArgumentError(f"{source}: {world} ranks have {kind} entries but no "
+                                           "eager ones (eager serves the other calls)")
             if entries:
-                graph[world] = entries
+                extra[kind][world] = entries
     gpu, link = (None, None) if fmt == 1 else (_label(data, "gpu", source), _label(data, "link", source))
     meta = {k: v for k, v in data.items() if k not in ("tables", "format", "gpu", "link")}
     return TuningTable(eager, str(data.get("machine", "")), str(data.get("measured", "")), meta,
-                       graph, gpu, link)
+                       extra[GRAPH], gpu, link, extra[OVERLAP])
 
 
 def loads(text: str, source: str) -> TuningTable:
@@ -228,11 +258,16 @@ def to_json(table: TuningTable) -> dict:
     out = dict(table.meta)
     out.update(format=FORMAT, gpu=table.gpu, link=table.link, machine=table.machine,
                measured=table.measured)
-    out["tables"] = {str(w): {EAGER: [[m, a] for m, a in entries],
-                              **({GRAPH: [[m, a] for m, a in table.graph[w]]} if w in table.graph
+    out["tables"] = {str(w): {EAGER: _rows(entries),
+                              **({GRAPH: _rows(table.graph[w])} if w in table.graph else {}),
+                              **({OVERLAP: _rows(table.overlap[w])} if w in table.overlap
                                  else {})}
                      for w, entries in sorted(table.tables.items())}
     return out
+
+
+def _rows(entries: Entries) -> list[list]:
+    return [[m, a] for m, a in entries]
 
 
 def load(path: str | os.PathLike | None = None) -> TuningTable:

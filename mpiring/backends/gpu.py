@@ -5,7 +5,6 @@ bounds them. The pieces are in ``mpiring/cuda`` (the toolkit) and ``mpiring/tran
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -14,8 +13,9 @@ from mpi4py import MPI
 
 from ..buffers import Buffer, Memory
 from ..control import ControlBoard
+from ..cuda.layout import staging_layout
 from ..descriptor import Descriptor
-from ..errors import InvalidArgumentError, MpiringError, SetupError
+from ..errors import MpiringError, SetupError
 from ..pipeline import RingPipeline
 from ..schedule import RingPlan, choose_batches, default_batches
 from ..timeouts import TimeoutPolicy
@@ -37,27 +37,6 @@ if TYPE_CHECKING:
     from ..groups import Groups
     from .gpu_hier import GpuHier
 
-# Two 128 MiB ring slots per rank: every transfer still costs about 9 us of GPU time, so big
-# chunks pay (1 GiB on 4 H200s: 5147 / 4703 / 4480 / 4410 us with 16 / 32 / 64 / 128 MiB slots).
-DEFAULT_SLOT_BYTES = 128 << 20
-ONESHOT_BYTES = 4 << 20  # a one-shot slot (two per rank): messages up to 4 MiB / ranks
-TWOSHOT_BYTES = 32 << 20  # the two-shot chunk (two staging halves of it per rank)
-# Grid of the direct kernels (equal on all ranks; set-up checks). Two-shot at 64 MiB on 4 H200s:
-# 458 / 425 / 389 us with 32 / 64 / 128 blocks; one-shot latency barely moves (8.1 vs 7.8 us).
-DIRECT_BLOCKS = int(os.environ.get("MPIRING_DIRECT_BLOCKS", 128))
-
-
-def staging_layout(slot_bytes: int | None) -> StagingLayout:
-    """The staging of one communicator, from the ring slot size asked for (64 KiB multiples)."""
-    from ..cuda.layout import StagingLayout
-
-    slot = DEFAULT_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
-    if slot <= 0:
-        raise InvalidArgumentError(f"slot_bytes must be positive, got {slot_bytes}")
-    slot = -(-slot // (64 << 10)) * (64 << 10)
-    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, DIRECT_BLOCKS)
-
-
 class GpuBackend(Backend):
     """The GPU side of one communicator. Staging memory per rank: ``layout.alloc_bytes``
     (2 ring slots + 2 one-shot slots + 2 two-shot halves + 2 oneshot-ll slots + 64 KiB of
@@ -66,12 +45,18 @@ class GpuBackend(Backend):
 
     Failures: :meth:`failure` returns what the watchdog or a kernel reported (a wait past
     the timeout, or an abort by a peer); the communicator checks it before every call.
+
+    SMs: with ``sm_budget``, no kernel of mpiring's launches more blocks (a block runs on one
+    SM): fold/copy/average loop over their grid, the one-/two-shot grid is set at set-up, and
+    oneshot-ll's largest message shrinks to ``sm_budget * 8 KiB`` (a block per 8 KiB). NCCL's
+    kernels are NCCL's (``NCCL_MAX_NCHANNELS``).
     """
 
     memory = Memory.CUDA
 
     def __init__(self, groups: Groups, board: ControlBoard, device: int | None,
-                 slot_bytes: int | None, timeouts: TimeoutPolicy, inter: str = "auto") -> None:
+                 slot_bytes: int | None, timeouts: TimeoutPolicy, inter: str = "auto",
+                 sm_budget: int | None = None) -> None:
         import cupy
 
         from ..cuda.device import bind_device
@@ -93,10 +78,13 @@ class GpuBackend(Backend):
         self.node: MPI.Intracomm = groups.node
         self.rank, self.size = self.comm.rank, self.comm.size
         self.timeouts = timeouts
-        self.layout: StagingLayout = staging_layout(slot_bytes)
+        self.layout: StagingLayout = staging_layout(slot_bytes, sm_budget)
         self.slot_bytes: int = self.layout.slot_bytes
         self.device_id, self.shares_gpu, self.node_buses = bind_device(
             self.node, groups.shared.rank, device, timeouts.seconds)
+        sms = cupy.cuda.Device(self.device_id).attributes["MultiProcessorCount"]
+        # At most the GPU's SMs (per rank; only the direct grid, from the budget as given, must agree).
+        self.sm_budget: int | None = None if sm_budget is None else min(sm_budget, sms)
         self.staging: IpcStaging | None = None
         self.status: HostStatus | None = None
         self.transport: CudaIpcTransport | None = None
@@ -110,12 +98,13 @@ class GpuBackend(Backend):
             self.status = HostStatus()
             self.staging = IpcStaging(self.node, self.layout, timeouts.seconds)
             abort_word = self.staging.addr(self.staging.rank, self.layout.abort)
-            self.kernel: FoldKernel = FoldKernel(self.device_id, abort_word, self.status.ptr)
+            self.kernel: FoldKernel = FoldKernel(self.device_id, abort_word, self.status.ptr,
+                                                 self.sm_budget)
             self.memops: StreamMemOps = StreamMemOps(self.device_id)
             self.transport = CudaIpcTransport(self.staging, self.memops, self.kernel)
             self.pipeline = RingPipeline(self.transport)
             self.direct: DirectKernels = DirectKernels(self.staging, self.layout, self.status.ptr,
-                                                       timeouts.seconds)
+                                                       timeouts.seconds, self.sm_budget)
             self._switch_event, self._sync_event = (self._new_event() for _ in range(2))
             self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeouts.seconds,
                                      groups.node_ranks)

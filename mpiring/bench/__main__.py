@@ -76,6 +76,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
                             settings=settings, argv=list(opts.argv))
     meta["benchmark"] = ",".join(sw.collectives)
     meta["baseline"] = sw.baseline  # the row every speed-up is against ("" for none)
+    meta["sm_budget"] = sw.comm.sm_budget  # SMs mpiring's kernels may hold (None: no budget)
     if sw.peers is not None:
         meta["peers"] = {n: sw.peers.notes.get(n) or f"skipped: {sw.skipped.get(n, '?')}"
                          for n in sw.algos if n in sw.peers.notes or n in sw.skipped}

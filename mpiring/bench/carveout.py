@@ -41,3 +41,19 @@ def torch_gemms_on(sms: int) -> None:
 
     major = int(str(torch.version.cuda).split(".")[0])
     set_sm_count_target(int(torch.cuda.current_blas_handle()), sms, major)
+
+
+def sms_left(budget: int | None, device_sms: int | None = None) -> int:
+    """The SMs a GEMM is planned for beside a communicator holding ``budget`` SMs: the rest of
+    the current GPU's (``device_sms``, read from CuPy unless given); 0 (every SM) without a
+    budget. Raises ValueError where the budget leaves the GEMM no SM."""
+    if budget is None:
+        return 0
+    if device_sms is None:
+        import cupy
+
+        device_sms = int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+    if budget >= device_sms:
+        raise ValueError(f"an SM budget of {budget} leaves none of the GPU's {device_sms} SMs to the "
+                         "GEMMs: lower --sm-budget, or give --gemm-sms")
+    return device_sms - budget

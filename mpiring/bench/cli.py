@@ -159,7 +159,9 @@ class Options:
     timing: str = "eager"
     gemm_size: int = DEFAULT_GEMM_SIZE
     train_gemm_size: int = DEFAULT_TRAIN_GEMM_SIZE
-    gemm_sms: int = 0  # SMs the --overlap GEMMs are planned for (0: all)
+    gemm_sms: int = 0  # SMs the --overlap GEMMs are planned for (0: all, or what --sm-budget leaves)
+    sm_budget: int | None = None  # --sm-budget: the communicator's (None: no budget)
+    overlap_slowdowns: bool = True  # --overlap gemm also measures the slowdowns (the tuner: no)
     gpu: bool = False  # --gpu: GPUs required
     graph_launches: int = 1  # -G N: launches of the captured graph per timed repetition
     average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
@@ -265,7 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gemm-sms", type=int_at_least(0), default=0, metavar="N",
                    help="plan the --overlap GEMMs for N SMs (cublasSetSmCountTarget: the SMs the "
                         "allreduce gets beside compute are the compute's to leave free; see "
-                        "mpiring/bench/carveout.py); default 0: every SM")
+                        "mpiring/bench/carveout.py); default 0: every SM, or what --sm-budget "
+                        "leaves")
+    g.add_argument("--sm-budget", type=int_at_least(1), default=None, metavar="N",
+                   help="mpiring's kernels hold at most N SMs (Communicator(sm_budget=N)); with "
+                        "--overlap and no --gemm-sms, the GEMMs are planned for the other SMs")
 
     g = p.add_argument_group("timing")
     g.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
@@ -362,7 +368,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         output_dir=ns.output_dir, name=name, plot=not ns.no_plot, seed=ns.seed,
         timeout=ns.timeout, time_agreement=ns.time_agreement, progress=ns.progress,
         argv=tuple(args_list), overlap=overlap, gemm_size=ns.gemm_size,
-        train_gemm_size=ns.train_gemm_size, gemm_sms=ns.gemm_sms,
+        train_gemm_size=ns.train_gemm_size, gemm_sms=ns.gemm_sms, sm_budget=ns.sm_budget,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
         baseline=ns.baseline,

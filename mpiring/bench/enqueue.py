@@ -3,6 +3,7 @@
     mpirun -n 1 python -m mpiring.bench.enqueue              # 1 KiB float32, every algorithm
     mpirun -n 2 python -m mpiring.bench.enqueue -b 64K --profile oneshot
     mpirun -n 2 python -m mpiring.bench.enqueue --no-gate    # the GPU may hold the host back
+    mpirun -n 1 python -m mpiring.bench.enqueue --torch      # the same calls on torch tensors
 
 What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return once
 enqueued; the GPU is not waited for inside a round), with the agreement check as by default
@@ -58,6 +59,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calls", type=int_at_least(1), default=500, help="calls per round (default 500)")
     p.add_argument("--no-gate", dest="gate", action="store_false",
                    help="enqueue without holding the stream (GPU backpressure counts)")
+    p.add_argument("--torch", action="store_true",
+                   help="also time the capturable rows on torch tensors (GPU arrays only)")
     p.add_argument("--rounds", type=int_at_least(1), default=9, help="interleaved rounds (default 9)")
     p.add_argument("--algo", default=None,
                    help="comma-separated algorithms (default: every one that serves the memory)")
@@ -187,6 +190,8 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                     labels.append(f"{name} (check off, full path)")
                     cases.append(_call(full, name, x, out))
                     gated.append(capturable)
+        if gpu and args.torch:  # the same calls on torch views of the same memory
+            _add_torch_cases(comms["gpu"], names, x, out, labels, cases, gated)
         gate = Gate() if gpu and args.gate else None
         times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
         if world.rank == 0:
@@ -202,6 +207,30 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
         for comm in (*comms.values(), full):
             comm.close()
     return 0
+
+
+def _add_torch_cases(comm: Communicator, names: Sequence[str], x, out, labels: list[str],
+                     cases: list[Callable[[], None]], gated: list[bool]) -> None:
+    """``--torch``: torch's own copy, then each capturable row's call (default check) on torch
+    tensors sharing ``x`` and ``out``'s memory (DLPack); they run on torch's current stream,
+    which is CuPy's current one here (both the default stream), so the gate holds them too."""
+    import torch
+
+    tx, tout = torch.from_dlpack(x), torch.from_dlpack(out)
+    labels.append("torch copy_")
+    cases.append(lambda: tout.copy_(tx))
+    gated.append(True)
+    for name in names:
+        row = algorithms.get(name)
+        if not row.graph_capturable:
+            continue
+        try:
+            comm.Allreduce(tx, tout, algorithm=name)
+        except MpiringError:  # refused for CuPy arrays alike: reported there
+            continue
+        labels.append(f"{name} (torch tensors, check gpu)")
+        cases.append(_call(comm, name, tx, tout))
+        gated.append(True)
 
 
 def _empty_launch(cupy) -> Callable[[], None]:

@@ -54,7 +54,7 @@ def describe(load: Load, gemm_s: float) -> str:
     """``8192x8192 float16 GEMMs (CuPy), 1.70 ms each alone (647 TFLOP/s)``."""
     rate = 2 * load.size**3 / gemm_s / 1e12
     sms = getattr(load, "sms", 0)
-    planned = f", planned for {sms} SMs (--gemm-sms)" if sms else ""
+    planned = f", planned for {sms} SMs" if sms else ""
     return (f"{load.size}x{load.size} {load.dtype} GEMMs ({load.backend}{planned}), "
             f"{gemm_s * 1e3:.3g} ms each alone ({rate:.0f} TFLOP/s)")
 
@@ -266,9 +266,12 @@ class GpuTimeline:
         self.gate.close()
 
 
-def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int, sms: int = 0) -> Shape:
+def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int, sms: int = 0,
+           slowdowns: bool = True) -> Shape:
     """Collective: one workload shape's load, calibrated (the slowest rank's GEMM time);
-    ``sms``: the SMs its GEMMs are planned for (0: all; :mod:`mpiring.bench.carveout`)."""
+    ``sms``: the SMs its GEMMs are planned for (0: all; :mod:`mpiring.bench.carveout`);
+    ``slowdowns``: whether the gemm shape also measures the slowdowns (the tuner needs only
+    the makespan)."""
     note = ""
     if name == GEMM:
         load: Load = agree(world, lambda: CupyGemm(size, seed, sms=sms))
@@ -283,21 +286,21 @@ def _shape(world: Any, timeline: GpuTimeline, name: str, size: int, seed: int, s
                          f"under {MIN_GEMM_S * 1e6:.0f} us: launches, not the GPU, would set "
                          f"its pace; use a larger {flag}")
     if name == GEMM:
-        return Shape(GEMM, load, gemm_s, after=0, window_gemms=MIN_WINDOW_GEMMS, slowdowns=True,
+        return Shape(GEMM, load, gemm_s, after=0, window_gemms=MIN_WINDOW_GEMMS, slowdowns=slowdowns,
                      label=describe(load, gemm_s) + "; the allreduce starts with the first")
     return Shape(TRAIN, load, gemm_s, after=TRAIN_AFTER, window_gemms=TRAIN_WINDOW_GEMMS,
                  label=describe(load, gemm_s) + note + "; the allreduce starts after the first")
 
 
 def set_up(world: Any, shapes: Sequence[str], gemm_size: int, train_size: int, seed: int,
-           reps: int, gemm_sms: int = 0) -> OverlapMeasurer:
+           reps: int, gemm_sms: int = 0, slowdowns: bool = True) -> OverlapMeasurer:
     """Collective: the timeline, each shape's load, calibrated, and the measurer; raises
     :class:`~mpiring.bench.measure.StageFailed` (a rank failed) or :class:`BenchError` (a GEMM
     too small to time) on every rank alike."""
     timeline = agree(world, GpuTimeline)
     sizes = {GEMM: gemm_size, TRAIN: train_size}
     try:
-        built = [_shape(world, timeline, name, sizes[name], seed, gemm_sms) for name in shapes]
+        built = [_shape(world, timeline, name, sizes[name], seed, gemm_sms, slowdowns) for name in shapes]
     except BaseException:
         timeline.close()
         raise

@@ -67,6 +67,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .. import algorithms
+
 GEMMS_ALONE = 5  # GEMMs timed alone per repetition (slowdowns)
 WARMUP_CALLS = 3  # untimed calls on the allreduce stream before a point's repetitions
 MIN_WINDOW_GEMMS = 8  # the allreduce loop spans at least this many GEMM-alone times
@@ -323,18 +325,13 @@ def _positive(env: Mapping[str, str], name: str) -> int | None:
 def sm_hold(comm: Any, algorithm: str, environ: Mapping[str, str] | None = None) -> SmHold:
     """The SMs ``algorithm``'s calls on ``comm`` hold, and why that number.
 
-    The seam for an SM budget: ``comm.sm_budget``, where the communicator has one that is not
-    None, is the answer, an int for every row or a callable ``sm_budget(algorithm) -> int |
-    None`` per row (None there: this row has no budget). Otherwise: the NCCL rows hold one
-    thread block, so one SM, per channel, and NCCL's channel cap is what the environment sets
-    (``NCCL_MAX_NCHANNELS``; ``NCCL_MAX_P2P_NCHANNELS`` first for send/recv), an upper bound;
-    without one the count is NCCL's choice, unknown here. mpiring's own rows (the ring's fold
-    and copy kernels, the one-/two-shot kernels) launch whatever grid they want: None, "all"."""
-    budget = getattr(comm, "sm_budget", None)
-    if callable(budget):
-        budget = budget(algorithm)
-    if budget is not None:
-        return SmHold(int(budget), "comm.sm_budget")
+    mpiring's own rows (the ring's fold and copy kernels, the one-/two-shot kernels, oneshot-ll)
+    hold ``comm.sm_budget`` where the communicator states one (``Communicator(sm_budget=N)``,
+    ``MPIRING_SM_BUDGET``; also read as a callable ``sm_budget(algorithm) -> int | None`` per
+    row), else whatever grid they want: None, "all". The NCCL rows are not bounded by it: they
+    hold one thread block, so one SM, per channel, and NCCL's channel cap is what the
+    environment sets (``NCCL_MAX_NCHANNELS``; ``NCCL_MAX_P2P_NCHANNELS`` first for send/recv),
+    an upper bound; without one the count is NCCL's choice, unknown here, as for the peers."""
     if algorithm in _NCCL_CAPS:
         env = os.environ if environ is None else environ
         for name in _NCCL_CAPS[algorithm]:
@@ -344,6 +341,13 @@ def sm_hold(comm: Any, algorithm: str, environ: Mapping[str, str] | None = None)
         floor = _positive(env, "NCCL_MIN_NCHANNELS")
         return SmHold(None, "unknown: NCCL picks its channel count"
                       + (f" (at least {floor}: NCCL_MIN_NCHANNELS)" if floor else ""))
+    if algorithm not in algorithms.names():
+        return SmHold(None, "unknown: a peer's kernels launch the grid they want")
+    budget = getattr(comm, "sm_budget", None)
+    if callable(budget):
+        budget = budget(algorithm)
+    if budget is not None:
+        return SmHold(int(budget), "comm.sm_budget")
     return SmHold(None, ALL_SMS)
 
 

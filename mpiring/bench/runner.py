@@ -183,7 +183,8 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     except ValueError as err:
         raise BenchError(str(err)) from err
     try:
-        comm = Communicator(MPI.COMM_WORLD, gpu=gpu, timeout=opts.timeout)
+        comm = Communicator(MPI.COMM_WORLD, gpu=gpu, timeout=opts.timeout, sm_budget=opts.sm_budget,
+                            overlap=opts.overlap is not None)  # --overlap: auto picks for it
     except Exception as err:  # raised on every rank by the library's collective set-up
         raise BenchError(f"cannot create the mpiring communicator: {type(err).__name__}: "
                          f"{err}") from err
@@ -226,12 +227,14 @@ def _note(note: str, collectives: Sequence[str]) -> str:
 
 def _set_up_overlap(sw: Sweep) -> None:
     """Collective: the GEMM loads of --overlap's shapes, calibrated (mpiring.bench.loads)."""
+    from .carveout import sms_left
     from .loads import set_up
 
     opts = sw.opts
-    try:
+    try:  # the GEMMs leave mpiring its budget, unless --gemm-sms says otherwise
+        gemm_sms = opts.gemm_sms or sms_left(sw.comm.sm_budget)
         sw.overlap = set_up(sw.world, opts.overlap_shapes, opts.gemm_size, opts.train_gemm_size,
-                            opts.seed + sw.rank, opts.reps, opts.gemm_sms)
+                            opts.seed + sw.rank, opts.reps, gemm_sms, opts.overlap_slowdowns)
     except StageFailed as err:
         sw.close()
         raise BenchError(f"cannot set up the GEMMs of --overlap {opts.overlap} (--gemm-size "
@@ -240,6 +243,9 @@ def _set_up_overlap(sw: Sweep) -> None:
     except BenchError:
         sw.close()
         raise
+    except ValueError as err:  # the budget leaves the GEMMs no SM: the same on every rank
+        sw.close()
+        raise BenchError(str(err)) from err
     sw.overlap_line = sw.overlap.describe()
 
 
@@ -265,7 +271,8 @@ def _rebuild(sw: Sweep) -> None:
     with contextlib.suppress(Exception):  # a failed communicator may not close cleanly
         sw.comm.close()
     try:
-        sw.comm = Communicator(MPI.COMM_WORLD, gpu=sw.mode == "gpu", timeout=sw.opts.timeout)
+        sw.comm = Communicator(MPI.COMM_WORLD, gpu=sw.mode == "gpu", timeout=sw.opts.timeout,
+                               sm_budget=sw.opts.sm_budget, overlap=sw.opts.overlap is not None)
     except Exception as err:
         raise BenchError(f"cannot recreate the communicator after an error: {err}") from err
 

@@ -11,6 +11,11 @@ Python), the graph entries from ``results/h200x<N>-graph.csv`` (``--graph``: cal
 from a CUDA graph); at each size the fastest of auto's candidates (the median of the slowest
 rank, the CSVs' ``time_us``), by :func:`mpiring.bench.tunefile.timings` and
 :func:`mpiring.algorithms.auto.from_timings`, exactly as ``python -m mpiring.tune`` does. The
+overlap entries (``overlap=True``: the smallest makespan ``T_both`` beside a GEMM) come from a
+``--overlap gemm`` run of that machine and rank count listed in ``OVERLAP_SOURCES``, by
+:func:`mpiring.bench.tunefile.makespan_timings`, as ``python -m mpiring.tune --overlap`` makes
+them; where none is committed (none yet: ``results/h200x1-makespan.csv`` is one rank) the rank
+count has no overlap entries, and ``--check`` says "overlap: not measured" for it. The
 file's ``runs`` say, per rank count and kind of call, which CSV, machine, date, command and
 versions each table comes from, and which candidates or sizes the CSV lacks (nothing is
 filled in: past the largest size measured, the largest size's winner holds, as in every
@@ -32,13 +37,17 @@ from ..algorithms import auto_candidates
 from ..algorithms.auto import SHIPPED, Entries, TuningTable, from_timings
 from .results import Row, read_csv
 from .sizes import format_size
-from .tunefile import DTYPE, OP, sizes_text, table_json, timings
+from .tunefile import DTYPE, OP, makespan_timings, sizes_text, table_json, timings
 
 GPU, LINK = "NVIDIA H200", "nvlink"
 LINK_EVIDENCE = ("README.md, Results: '4 x H200 (NVLink, all-to-all)' and '2 x H200 (NVLink)' "
                  "(the results' metadata does not record the link)")
 SOURCES = {2: ("results/h200x2.csv", "results/h200x2-graph.csv"),
            4: ("results/h200x4.csv", "results/h200x4-graph.csv")}
+# Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm, every auto
+# candidate) on the reference machine: its overlap entries. None yet for 2 or 4 H200s.
+OVERLAP_SOURCES: dict[int, str] = {}
+OVERLAP_GAP = "overlap: not measured (no --overlap gemm makespan run committed under results/)"
 TARGET = f"mpiring/data/{SHIPPED}"
 
 
@@ -65,15 +74,17 @@ def _spans(sizes: Sequence[int]) -> str:
     return f"{format_size(sizes[0])} to {format_size(sizes[-1])} ({len(sizes)} sizes)"
 
 
-def gaps(rows: Sequence[Row], graph: bool) -> list[str]:
+def gaps(rows: Sequence[Row], graph: bool, makespan: bool = False) -> list[str]:
     """What the CSV lacks for a table: candidates it never timed, and sizes at which a
-    candidate has no timed point (refused sizes, such as one-shot above its limit, said so)."""
+    candidate has no timed point (refused sizes, such as one-shot above its limit, said so);
+    ``makespan``: a point counts as timed only with its makespan (``t_both_us``)."""
     sizes = sorted({r.size_bytes for r in rows})
     wanted = [a for a in auto_candidates() if not graph or algorithms.get(a).graph_capturable]
     out = [f"{a}: not measured (cannot be captured into a CUDA graph)"
            for a in auto_candidates() if a not in wanted]
     for algo in wanted:
-        timed = {r.size_bytes for r in rows if r.algo == algo and r.timed}
+        timed = {r.size_bytes for r in rows if r.algo == algo and r.timed
+                 and (not makespan or r.t_both_us is not None)}
         refused = sorted({r.size_bytes for r in rows if r.algo == algo
                           and r.status == "inapplicable"} - timed)
         missing = [s for s in sizes if s not in timed and s not in refused]
@@ -90,42 +101,65 @@ def gaps(rows: Sequence[Row], graph: bool) -> list[str]:
     return out
 
 
-def _run(root: Path, name: str, rows: Sequence[Row], graph: bool) -> dict[str, Any]:
+TIMING = {"eager": "eager calls", "graph": "CUDA graph replays (--graph)",
+          "overlap": "eager calls beside a GEMM (--overlap gemm): the smallest makespan T_both"}
+
+
+def _run(root: Path, name: str, rows: Sequence[Row], kind: str,
+         times: Sequence[tuple[int, int, str, float]]) -> dict[str, Any]:
     meta = _metadata(root, name)
     gpus = sorted({str(g.get("name")) for g in meta.get("gpus") or [] if isinstance(g, dict)})
     return {"source": name, "machine": f"{meta.get('hostname', '?')}: {meta.get('world_size')} x "
                                        f"{', '.join(gpus) or '?'}",
-            "measured": meta.get("date"), "command": meta.get("command"),
-            "timing": "CUDA graph replays (--graph)" if graph else "eager calls",
+            "measured": meta.get("date"), "command": meta.get("command"), "timing": TIMING[kind],
             "sizes": sizes_text(sorted({r.size_bytes for r in rows})),
-            "candidates": sorted({r.algo for r in rows if r.timed and r.algo in auto_candidates()}),
-            "gaps": gaps(rows, graph), "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"),
-            "cuda_runtime": meta.get("cuda_runtime")}
+            "candidates": sorted({algo for _, _, algo, _ in times}),
+            "gaps": gaps(rows, kind == "graph", kind == "overlap"), "mpiring": meta.get("mpiring"),
+            "nccl": meta.get("nccl"), "cuda_runtime": meta.get("cuda_runtime")}
 
 
-def build(root: Path, sources: dict[int, tuple[str, str]] | None = None) -> TuningTable:
-    """The shipped table from the results under ``root`` (the repository)."""
+def _ladder(root: Path, name: str, nranks: int, kind: str) -> tuple[Entries, dict[str, Any]]:
+    """One ladder of the table from one results CSV, and its ``runs`` entry."""
+    rows = _rows(root, name, nranks)
+    times = makespan_timings(rows, nranks) if kind == "overlap" else timings(rows, nranks)
+    built = from_timings(times)
+    if nranks not in built:
+        what = "'s makespan" if kind == "overlap" else ""
+        raise ValueError(f"{name}: no candidate of auto{what} was timed on {nranks} ranks")
+    return built[nranks], _run(root, name, rows, kind, times)
+
+
+def build(root: Path, sources: dict[int, tuple[str, str]] | None = None,
+          overlap_sources: dict[int, str] | None = None) -> TuningTable:
+    """The shipped table from the results under ``root`` (the repository): per rank count of
+    ``sources`` its eager and graph CSVs, and its makespan CSV where ``overlap_sources`` has
+    one (default: ``SOURCES`` and ``OVERLAP_SOURCES``)."""
     sources = SOURCES if sources is None else sources
-    eager: dict[int, Entries] = {}
-    graph: dict[int, Entries] = {}
+    overlap_sources = OVERLAP_SOURCES if overlap_sources is None else overlap_sources
+    stray = sorted(set(overlap_sources) - set(sources))
+    if stray:
+        raise ValueError(f"makespan runs for {stray} ranks, which have no eager results")
+    ladders: dict[str, dict[int, Entries]] = {"eager": {}, "graph": {}, "overlap": {}}
     runs: dict[str, dict[str, Any]] = {}
     for nranks, (eager_csv, graph_csv) in sorted(sources.items()):
         kinds: dict[str, Any] = {}
-        for name, is_graph, into in ((eager_csv, False, eager), (graph_csv, True, graph)):
-            rows = _rows(root, name, nranks)
-            built = from_timings(timings(rows, nranks))
-            if nranks not in built:
-                raise ValueError(f"{name}: no candidate of auto was timed on {nranks} ranks")
-            into[nranks] = built[nranks]
-            kinds["graph" if is_graph else "eager"] = _run(root, name, rows, is_graph)
+        named = [("eager", eager_csv), ("graph", graph_csv)]
+        named += [("overlap", overlap_sources[nranks])] if nranks in overlap_sources else []
+        for kind, name in named:
+            ladders[kind][nranks], kinds[kind] = _ladder(root, name, nranks, kind)
         runs[str(nranks)] = kinds
     meta = {"dtype": DTYPE, "op": OP, "link evidence": LINK_EVIDENCE,
             "derived by": "python -m mpiring.bench.shipped (tests/test_shipped_tuning.py checks it)",
             "runs": runs}
     latest = max(str(run["measured"]) for kinds in runs.values() for run in kinds.values())
     counts = " and ".join(map(str, sorted(sources)))
-    return TuningTable(eager, f"reference machine: {counts} x {GPU}, NVLink", latest, meta, graph,
-                       GPU, LINK)
+    return TuningTable(ladders["eager"], f"reference machine: {counts} x {GPU}, NVLink", latest,
+                       meta, ladders["graph"], GPU, LINK, ladders["overlap"])
+
+
+def overlap_gaps(table: TuningTable) -> list[str]:
+    """``4 ranks: overlap: not measured (...)`` for each rank count without overlap entries."""
+    return [f"{n} ranks: {OVERLAP_GAP}" for n in sorted(table.tables) if n not in table.overlap]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -136,8 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only compare: exit 1 if the shipped file differs from the results")
     ns = p.parse_args(argv)
     root = Path(ns.root)
-    text = table_json(build(root))
+    table = build(root)
+    text = table_json(table)
     target = root / TARGET
+    for gap in overlap_gaps(table):
+        print(f"{TARGET}: {gap}")
     if ns.check:
         same = target.is_file() and target.read_text() == text
         print(f"{target}: {'matches' if same else 'DIFFERS from'} the results")

@@ -64,6 +64,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("reported", f"{REPORTED[opts.average]}; mpiring's per-call agreement "
                      f"{'on' if opts.time_agreement else 'off'} in timed loops"),
         ("check", _check_line(sw) if opts.check else "off (-c 0): results not verified"),
+        ("SMs", _sm_line(sw)),
     ]
     if sw.overlap_line:
         lines.append(("overlap", sw.overlap_line))
@@ -100,7 +101,13 @@ def _peer_lines(sw: Sweep) -> list[tuple[str, str]]:
 def _tuning_line(sw: Sweep) -> str:
     """Which tuning table auto uses in this run (``Communicator.tuning``)."""
     tuning = getattr(sw.comm, "tuning", None)
-    return tuning.describe() if tuning is not None else "unknown"
+    if tuning is None:
+        return "unknown"
+    if not getattr(sw.comm, "overlap", False):
+        return tuning.describe()
+    has = tuning.table.has_overlap(sw.world.size)
+    return tuning.describe() + ("; auto picks from its overlap entries (--overlap)" if has else
+                                "; it has no overlap entries: auto picks what is fastest alone")
 
 
 def _left_out_line(sw: Sweep) -> str:
@@ -229,3 +236,11 @@ def _spread(values: list[float], unit: str = "x") -> str:
     """Median and range over sizes: "median 1.04x (1.01x to 1.10x)"."""
     return (f"median {statistics.median(values):.2f}{unit} ({min(values):.2f}{unit} to "
             f"{max(values):.2f}{unit})")
+
+
+def _sm_line(sw: Any) -> str:
+    """How many SMs mpiring's kernels may hold (``--sm-budget``; NCCL's are NCCL's)."""
+    budget = getattr(sw.comm, "sm_budget", None)
+    if budget is None:
+        return "mpiring's kernels: no budget (each launches the grid it wants)"
+    return f"mpiring's kernels hold at most {budget} SMs (--sm-budget; NCCL's kernels are not bounded by it)"

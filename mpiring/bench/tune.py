@@ -13,14 +13,16 @@ other: what a training loop without graphs pays, bound by the host) and, on GPUs
 from a CUDA graph (bound by the GPU; only the rows that can be captured: not the ring). At each
 size the fastest wins (:func:`mpiring.algorithms.auto.from_timings`): the eager sweep gives the
 table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
-caller's stream is being captured. A candidate that rejects a size (one-shot above its limit)
+caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep, the candidates
+beside a GEMM: the smallest makespan wins, for the ``overlap`` entries
+(:mod:`mpiring.bench.tune_overlap`). A candidate that rejects a size (one-shot above its limit)
 or cannot run at all (no NCCL) is simply no candidate there. The file is labelled with the
 machine's GPU model and link (:mod:`mpiring.machine`), as the communicator detects them.
 
 On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
 (``mpi`` is no candidate of auto), and there is no graph sweep, so the table says ``ring`` for
-every size: that mode exists so the command can be tested without GPUs. A machine whose GPUs
-CuPy cannot use is an error, as in the benchmark (:mod:`mpiring.bench.mode`).
+every size: that mode exists so the command can be tested without GPUs (``--overlap`` is
+refused there). A machine whose GPUs CuPy cannot use is an error (:mod:`mpiring.bench.mode`).
 
 ``--show`` measures nothing: it prints which table auto uses here (``Communicator.tuning``).
 
@@ -69,7 +71,9 @@ DESCRIPTION = f"""\
 Measure the candidates of algorithm="auto" ({', '.join(auto_candidates())}) at every message
 size, one rank per GPU, as eager calls and replayed from a CUDA graph, and write the table auto
 reads: at each size the fastest (median of the slowest rank, float32 sum, every point checked
-before it is timed), one set of entries per kind of call.
+before it is timed), one set of entries per kind of call. With --overlap (GPUs only) also
+beside a GEMM on another stream: the smallest makespan T_both (python -m mpiring.bench --overlap
+gemm) at each size gives the entries auto uses for calls made with overlap=True.
 {{where}}
 On a machine without GPUs (or with --host) it tunes the host transport, whose only candidate
 is ring: the table is all ring, for testing this command. A machine whose GPUs CuPy cannot use
@@ -86,6 +90,7 @@ examples (Open MPI; one rank per GPU):
   mpirun -n 4 {prog}
   mpirun -n 2 {prog} --merge mpiring-tuning-4.json -o mpiring-tuning.json
   mpirun -n 4 {prog} -b 64K -e 1G -f 4 --output /tmp/t.json
+  mpirun -n 4 {prog} --overlap       # also what hides best beside a GEMM (overlap=True)
   mpirun -n 4 {prog} --show          # which table auto uses here; measures nothing
 
 exit status: 0 table written, 1 a correctness check failed (nothing written), 2 some
@@ -101,6 +106,7 @@ class TuneOptions:
     per_user: bool = False  # python -m mpiring.tune: the default file is the user's for this machine
     show: bool = False
     prog: str = "mpiring.bench.tune"  # the module run (python -m <prog>), for messages and metadata
+    overlap: bool = False  # --overlap: a third sweep beside a GEMM gives the overlap entries
 
     def destination(self, nranks: int, key: MachineKey | None = None) -> Path:
         """Where the table goes: ``--output``, else the ``--merge`` file, else (``per_user``) the
@@ -146,6 +152,9 @@ def build_parser(prog: str = "python -m mpiring.bench.tune",
                         "'ring': for testing)")
     p.add_argument("--show", action="store_true",
                    help="measure nothing: print which table auto uses on this machine")
+    p.add_argument("--overlap", action="store_true",
+                   help="GPUs: also time the candidates beside a GEMM (as mpiring.bench --overlap "
+                        "gemm); the smallest makespan T_both gives auto's overlap=True entries")
     p.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
                    help="seconds of timed iterations per point (default 0.15)")
     p.add_argument("--reps", type=int_at_least(1), default=5, metavar="N",
@@ -171,12 +180,15 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m mpiring
             parser.error(f"{flag} must be at least 1 byte")
     if ns.minbytes is not None and ns.maxbytes is not None and ns.maxbytes < ns.minbytes:
         parser.error("-e/--maxbytes is below -b/--minbytes")
+    if ns.overlap and ns.show:
+        parser.error("--show measures nothing: drop --overlap (or --show)")
     bench = replace(bench_defaults([]), minbytes=ns.minbytes, maxbytes=ns.maxbytes,
                     stepfactor=ns.stepfactor, algos=auto_candidates(), batches=("auto",),
                     dtype=DTYPE, op=OP, placements=("out",), check=1, host=ns.host,
                     plot=False, time_budget=ns.time_budget, reps=ns.reps, timeout=ns.timeout,
                     progress=ns.progress, argv=tuple(args), timing="eager")
-    return TuneOptions(bench, ns.output, ns.merge, per_user, ns.show, prog.split()[-1])
+    return TuneOptions(bench, ns.output, ns.merge, per_user, ns.show, prog.split()[-1],
+                       ns.overlap)
 
 
 def candidates(gpu: bool) -> tuple[str, ...]:
@@ -241,16 +253,19 @@ class _Sweep:
     meta: dict[str, Any]
     sizes: list[int]
     algos: list[str]
+    workload: str = ""  # the overlap sweep's GEMM, in words
 
 
 def _sweep(opts: TuneOptions, world: Any, reporter: Any, timing: str,
            algos_for: Callable[[bool], Sequence[str]], base: TuningTable | None) -> _Sweep:
-    """Collective: one sweep of the candidates (``timing``: eager or graph), checked against
-    the --merge file before anything is measured."""
-    from . import metadata, runner, summary
+    """Collective: one sweep of the candidates (``timing``: eager, graph or overlap: eager
+    calls beside a GEMM), checked against the --merge file before anything is measured."""
+    from . import metadata, runner, summary, tune_overlap
     from .command import BenchError
 
-    sw = runner.setup(replace(opts.bench, timing=timing), world, reporter, algos_for=algos_for)
+    bench = (tune_overlap.bench_options(opts.bench) if timing == "overlap"
+             else replace(opts.bench, timing=timing))
+    sw = runner.setup(bench, world, reporter, algos_for=algos_for)
     key = sw.comm.tuning.key
     problem = ("a tuning table serves the ranks of one node, and this run spans several: run it "
                "on one node" if key is None else merge_problem(base, sw.mode, key))
@@ -260,7 +275,8 @@ def _sweep(opts: TuneOptions, world: Any, reporter: Any, timing: str,
     assert key is not None
     meta = metadata.collect(world, mode=sw.mode, space=sw.space.describe(), settings={},
                             argv=list(opts.bench.argv), prog=opts.prog)
-    kind = "CUDA graph replays" if timing == "graph" else "eager calls"
+    kind = {"graph": "CUDA graph replays", "overlap": "eager calls beside a GEMM (makespan)"
+            }.get(timing, "eager calls")
     note = ("" if sw.mode == "gpu" else f"{sw.note}; 'ring' is auto's only candidate on the "
             "host, so the table is all ring (for testing this command)")
     reporter.banner(f"mpiring tuning: auto's candidates, {kind} ({key.describe()})",
@@ -269,26 +285,31 @@ def _sweep(opts: TuneOptions, world: Any, reporter: Any, timing: str,
     sw.comm.close()
     for line in summary.summary_lines(rows, sw.baseline):
         reporter.print(f"# {line}")
-    return _Sweep(rows, key, sw.mode, meta, [s for s, _ in sw.sizes], list(sw.algos))
+    return _Sweep(rows, key, sw.mode, meta, [s for s, _ in sw.sizes], list(sw.algos),
+                  sw.overlap_line)
 
 
 def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
+    from . import tune_overlap
     from .command import BenchError, exit_status
 
     problem, base = destination_problem(opts, world.size) if world.rank == 0 else ("", None)
     problem, base = world.bcast((problem, base), root=0)
     if problem:
         raise BenchError(problem)
-    sweeps = [_sweep(opts, world, reporter, "eager", candidates, base)]
-    if sweeps[0].mode == "gpu" and exit_status(sweeps[0].rows) != 1:
-        sweeps.append(_sweep(opts, world, reporter, "graph", graph_candidates, base))
-    rows = [r for s in sweeps for r in s.rows]
-    status = exit_status(rows)
+    if opts.overlap:
+        tune_overlap.require_gpus(opts.bench, world)
+    sweeps = {"eager": _sweep(opts, world, reporter, "eager", candidates, base)}
+    if sweeps["eager"].mode == "gpu" and exit_status(sweeps["eager"].rows) != 1:
+        sweeps["graph"] = _sweep(opts, world, reporter, "graph", graph_candidates, base)
+    if opts.overlap and exit_status([r for s in sweeps.values() for r in s.rows]) != 1:
+        sweeps["overlap"] = _sweep(opts, world, reporter, "overlap", candidates, base)
+    status = exit_status([r for s in sweeps.values() for r in s.rows])
     if status == 1:
         reporter.error(f"{opts.prog}: a correctness check FAILED (rows marked FAIL): no table "
                        "written; fix the algorithm before tuning")
         return 1
-    eager = sweeps[0]
+    eager = sweeps["eager"]
     times = timings(eager.rows, world.size)
     if not times:
         raise BenchError("no candidate was timed at any size: no table to write")
@@ -297,17 +318,22 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
            "key": list(eager.key), "sizes": sizes_text(eager.sizes), "candidates": eager.algos,
            "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"), "command": meta["command"]}
     graph_times: list[Any] = []
-    if len(sweeps) > 1:
-        graph_times = timings(sweeps[1].rows, world.size)
-        run.update({"graph sizes": sizes_text(sweeps[1].sizes),
-                    "graph candidates": sweeps[1].algos,
-                    "graph measured": sweeps[1].meta["date"]})
-    table = make_table(times, world.size, run, base, graph_times=graph_times, key=eager.key)
+    if "graph" in sweeps:
+        graph = sweeps["graph"]
+        graph_times = timings(graph.rows, world.size)
+        run.update({"graph sizes": sizes_text(graph.sizes), "graph candidates": graph.algos,
+                    "graph measured": graph.meta["date"]})
+    overlap_times, info = tune_overlap.finish(sweeps.get("overlap"), world.size, reporter,
+                                              opts.prog)
+    run.update(info)
+    status = status or (2 if "overlap" in sweeps and not overlap_times else 0)
+    table = make_table(times, world.size, run, base, graph_times=graph_times, key=eager.key,
+                       overlap_times=overlap_times)
     _write_and_show(opts.destination(world.size, eager.key), table, eager.key, opts, world,
                     reporter)
     if status == 2:
-        reporter.error(f"{opts.prog}: some points raised errors (rows marked ERROR); the table "
-                       "was built from the others")
+        reporter.error(f"{opts.prog}: some points raised errors (rows marked ERROR) or no "
+                       "makespan was measured; the table was built from the others")
     return status
 
 

@@ -1,5 +1,5 @@
-"""The tuner's table: built from benchmark rows (eager and graph entries, labelled with the
-machine they were measured on), merged over an existing file, written in one step, and shown
+"""The tuner's table: built from benchmark rows (eager, graph and overlap entries, labelled with
+the machine they were measured on), merged over an existing file, written in one step, and shown
 as text. Pure apart from :func:`write_table`'s file I/O; :mod:`mpiring.bench.tune` runs the
 measurements and :mod:`mpiring.bench.shipped` builds the shipped table with the same code.
 """
@@ -29,6 +29,16 @@ def timings(rows: Sequence[Any], nranks: int) -> list[Timing]:
             if r.timed and r.algo in auto_candidates()]
 
 
+def makespan_timings(rows: Sequence[Any], nranks: int) -> list[Timing]:
+    """``(ranks, bytes, algorithm, seconds)`` of every candidate point whose makespan beside the
+    GEMM was measured (``--overlap gemm``'s ``t_both_us``, the slowest rank's median): the
+    overlap sweep's times, whose smallest wins as the fastest does in the others. A point
+    whose makespan was not measured (a note says why) is no candidate there."""
+    return [(nranks, r.size_bytes, r.algo, r.t_both_us * 1e-6) for r in rows
+            if r.timed and r.algo in auto_candidates() and r.t_both_us is not None
+            and r.t_both_us > 0]
+
+
 def merge_problem(base: TuningTable | None, mode: str, key: MachineKey | None = None) -> str:
     """Why this run's table must not go into ``base`` (its other tables were measured on the
     other transport, or on another GPU model or link), or ""."""
@@ -51,22 +61,27 @@ def merge_problem(base: TuningTable | None, mode: str, key: MachineKey | None = 
 
 def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
                base: TuningTable | None = None, *, graph_times: Sequence[Timing] = (),
-               key: MachineKey | None = None) -> TuningTable:
+               key: MachineKey | None = None,
+               overlap_times: Sequence[Timing] = ()) -> TuningTable:
     """This run's table for ``nranks``: eager entries from ``times``, graph entries from
-    ``graph_times`` (none: eager serves graphs too), over ``base``'s tables for other rank
-    counts; ``run`` (machine, date, ...) is kept in the metadata under ``runs``. The table is
-    labelled with ``key``'s GPU model and link, unless ``base`` is a table for any machine
-    (format 1), which stays one."""
+    ``graph_times`` (none: eager serves graphs too), overlap entries from ``overlap_times``
+    (makespans beside a GEMM; none: no overlap entries), over ``base``'s tables for other rank
+    counts (this rank count's old graph and overlap entries go); ``run`` (machine, date, ...)
+    is kept in the metadata under ``runs``. The table is labelled with ``key``'s GPU model and
+    link, unless ``base`` is a table for any machine (format 1), which stays one."""
     built = from_timings(times)
     if nranks not in built:
         raise ValueError(f"no timings for {nranks} ranks")
     graphs = from_timings(graph_times) if graph_times else {}
+    overlaps = from_timings(overlap_times) if overlap_times else {}
     tables = dict(base.tables) if base else {}
     graph = dict(base.graph) if base else {}
+    overlap = dict(base.overlap) if base else {}
     tables[nranks] = built[nranks]
-    graph.pop(nranks, None)
-    if nranks in graphs:
-        graph[nranks] = graphs[nranks]
+    for ladder, measured in ((graph, graphs), (overlap, overlaps)):
+        ladder.pop(nranks, None)
+        if nranks in measured:
+            ladder[nranks] = measured[nranks]
     meta = dict(base.meta) if base else {}
     meta.update(dtype=DTYPE, op=OP)
     meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
@@ -75,7 +90,7 @@ def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
     else:
         gpu, link = (key.gpu, key.link) if key is not None else (None, None)
     return TuningTable(tables, str(run.get("machine", "")), str(run.get("measured", "")), meta,
-                       graph, gpu, link)
+                       graph, gpu, link, overlap)
 
 
 def table_lines(entries: Entries) -> list[str]:
@@ -92,12 +107,16 @@ def table_lines(entries: Entries) -> list[str]:
 
 
 def ladder_lines(table: TuningTable, nranks: int) -> list[str]:
-    """The eager entries for ``nranks``, then the graph ones (or a line saying eager serves)."""
+    """The eager entries for ``nranks``, then the graph ones (or a line saying eager serves),
+    then the overlap ones where there are any (tables without them say nothing of overlap)."""
     lines = ["eager calls:"] + [f"  {line}" for line in table_lines(table.tables[nranks])]
     if nranks in table.graph:
         lines += ["CUDA graph replays:"] + [f"  {line}" for line in table_lines(table.graph[nranks])]
     else:
         lines.append("CUDA graph replays: as eager calls (no graph entries)")
+    if nranks in table.overlap:
+        lines += ["beside a GEMM (overlap=True, smallest makespan):"]
+        lines += [f"  {line}" for line in table_lines(table.overlap[nranks])]
     return lines
 
 

@@ -71,9 +71,12 @@ def ll_blocks(count: int, itemsize: int) -> int:
 class DirectKernels:
     """Launchers of the one-shot and two-shot kernels over one communicator's staging."""
 
-    def __init__(self, staging, layout: StagingLayout, status: int, timeout: float) -> None:
+    def __init__(self, staging, layout: StagingLayout, status: int, timeout: float,
+                 sm_budget: int | None = None) -> None:
         """``status``: device address of the host status block; ``timeout``: seconds a barrier
-        may wait for a peer before the kernel aborts the communicator."""
+        may wait for a peer before the kernel aborts the communicator; ``sm_budget``: the most
+        blocks a oneshot-ll launch may have (its largest message shrinks to fit; the one-/two-shot
+        grid is ``layout.blocks``, already within the budget)."""
         import cupy
 
         self.layout = layout
@@ -81,6 +84,8 @@ class DirectKernels:
         # The largest one-shot message, in bytes: every rank's row must fit one slot.
         self.oneshot_limit = layout.oneshot_bytes // staging.size // WORD * WORD
         self.ll_limit = layout.ll_limit  # the largest oneshot-ll message, in bytes
+        if sm_budget is not None:  # ll_blocks(ll_limit) must stay within the budget
+            self.ll_limit = min(self.ll_limit, sm_budget * LL_BLOCK_LINES * 8)
         ctl = np.zeros((), dtype=CONTROL)
         for r in range(staging.size):
             ctl["flags"][r] = staging.addr(r, layout.direct_flags)

@@ -164,3 +164,35 @@ def test_arguments_without_a_key_take_the_full_path():
             c.Allreduce(MPI.IN_PLACE, a, batches=np.int64(1))
         c.synchronize()
         agree(bool((a == SIZE).all()) and len(full) == 3, f"{len(full)} full-path calls")
+
+
+@pytest.mark.parametrize("algo", ROWS)
+def test_torch_tensors_are_replayed_on_torchs_current_stream(algo):
+    """2,000 calls on CUDA torch tensors under a torch side stream (which does not wait for
+    CuPy's stream): each input written there just before the call, each result checked there
+    just after, nothing synchronised in between; every call exact, only the first planned."""
+    torch = pytest.importorskip("torch")
+    count, calls = fit(algo, 7_777, cupy.float32), 2000
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
+        device = torch.device("cuda", c.device)
+        base = torch.as_tensor(cupy.asnumpy(rank_input(RANK, count, cupy.float32)), device=device)
+        want = torch.as_tensor(cupy.asnumpy(reference(mpiring.Op.SUM, SIZE, count)),
+                               device=device).float()
+        x, out = torch.empty_like(base), torch.empty_like(base)
+        wrong = torch.zeros((), dtype=torch.int64, device=device)
+        full = counting_full_path(c)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for call in range(calls):
+                if call % 97 == RANK:
+                    torch.cuda._sleep(200_000)  # a late writer now and then (~0.1 ms)
+                torch.add(base, call % 5, out=x)
+                out.fill_(float("nan"))
+                c.Allreduce(x, out)
+                wrong += (out != want + SIZE * (call % 5)).sum()
+        side.synchronize()
+        c.synchronize()
+        replays = len(c._replays)
+    agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
+    agree(len(full) == 1 and replays == 1, f"{len(full)} calls took the full path, {replays} replays kept")

@@ -64,10 +64,13 @@ def test_slot_bytes_differing_on_one_rank_is_a_setup_error_on_every_rank() -> No
                    f"slot_bytes differs across ranks: 1048576 on {ranks}; 65536 on rank {ODD}")
 
 
-@pytest.mark.parametrize("name, mine, theirs", [("check", False, True), ("batches", 3, None)])
+@pytest.mark.parametrize("name, mine, theirs", [("check", False, True), ("batches", 3, None),
+                                                ("sm_budget", 16, None), ("overlap", True, False)])
 def test_check_and_batches_must_agree(name: str, mine: Any, theirs: Any) -> None:
     """``check`` differing (with algorithm='mpi' the rank with the check off used to hang in
-    MPI_Allreduce while the others waited in the agreement check) and the batches rule."""
+    MPI_Allreduce while the others waited in the agreement check), the batches rule, the SM
+    budget (the direct kernels' grid, whose flags must line up) and ``overlap`` (auto's
+    choice: ranks that differ would run different rows)."""
     value = mine if world.rank == ODD else theirs
     creation_fails({name: value, "algorithm": "mpi"}, SetupError, f"{name} differs across ranks",
                    f"on rank {ODD}")
@@ -87,6 +90,8 @@ def test_the_algorithm_table_must_agree(monkeypatch: pytest.MonkeyPatch) -> None
     ("timeout", -1.0, "timeout must be a finite, positive number of seconds"),
     ("slot_bytes", -4096, "slot_bytes must be a positive integer"),
     ("slot_bytes", 1.5e6, "slot_bytes must be a positive integer"),
+    ("sm_budget", 0, "sm_budget= 0: use a positive number of SMs"),
+    ("overlap", "yes", "overlap='yes': use True"),
 ])
 def test_a_bad_option_on_one_rank_fails_every_rank_at_once(name: str, bad: Any, fragment: str) -> None:
     """The rank that rejects its own option still joins set-up, so its peers raise SetupError
@@ -227,4 +232,15 @@ def test_every_rank_uses_the_shipped_table_of_its_machine(monkeypatch) -> None:
     described = world.allgather(choice.describe())
     if len(set(described)) != 1:
         problems.append(f"ranks describe different tables: {described}")
+    all_ok(problems)
+
+
+def test_the_budget_and_overlap_settings_read_back() -> None:
+    """Host arrays run no mpiring kernel: a budget is accepted (the same code runs on GPU
+    nodes) and ``comm.sm_budget`` says None; ``comm.overlap`` is the setting."""
+    with make(sm_budget=8, overlap=True) as c:
+        problems = [] if c.sm_budget is None and c.overlap is True else [
+            f"sm_budget {c.sm_budget}, overlap {c.overlap}"]
+        if not np.array_equal(c.allreduce(np.ones(3)), np.full(3, float(world.size))):
+            problems.append("a call with overlap=True is wrong")
     all_ok(problems)

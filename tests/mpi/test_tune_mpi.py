@@ -152,3 +152,105 @@ def test_the_bench_banner_names_autos_table(shared, capsys):
     if world.rank == 0 and f"tuning {world.size} x none, none: no GPU" not in out:
         problems.append(f"banner: {out[600:1400]}")
     verdict(problems)
+
+
+# -- --overlap: refused on the host; the sweep itself over a simulated GPU timeline ---------------
+
+
+def test_overlap_is_refused_on_the_host_before_measuring(shared, capsys):
+    path = shared / "overlap.json"
+    status = tune.main([*TINY, "--overlap", "--output", str(path)])
+    world.Barrier()
+    captured = capsys.readouterr()
+    problems = [] if status == 3 else [f"exit status {status}"]
+    if path.exists():
+        problems.append("a table was written")
+    if world.rank == 0:
+        if "--overlap needs GPUs" not in captured.err:
+            problems.append(f"stderr: {captured.err}")
+        if "mpiring tuning" in captured.out:
+            problems.append("a sweep started before the refusal")
+    verdict(problems)
+
+
+class SimulatedGpu:
+    """GEMMs of 1 ms on paper, the calls timed for real (host allreduces); together, the calls
+    run while the GEMMs would, so the makespan is the longer of the two (as in
+    tests/mpi/test_bench_overlap_mpi.py)."""
+
+    def synchronize(self):
+        pass
+
+    def gemms_alone(self, load, n):
+        return 1e-3
+
+    def calls_alone(self, call, k):
+        start = MPI.Wtime()
+        for _ in range(k):
+            call()
+        return (MPI.Wtime() - start) / k
+
+    def beside(self, load, call, k, n):
+        t = self.calls_alone(call, k) * k
+        return [i * 1.05e-3 for i in range(n + 1)], 0.2e-3, 0.2e-3 + t
+
+    def together(self, load, call, k, g, after):
+        t = self.calls_alone(call, k) * k
+        return g * 1e-3, after * 1e-3 + t
+
+    def close(self):
+        pass
+
+
+def test_overlap_sweep_writes_the_overlap_entries(shared, monkeypatch, capsys):
+    """The whole --overlap path on host arrays (the tuner's three sweeps but graph, the bench's
+    runner, measurer and rows, the table, its file and summary), with the GEMM side simulated
+    where the bench would set up CuPy's: the ring, auto's only host candidate, is the overlap
+    ladder's, and the file says how it was measured."""
+    from dataclasses import replace
+
+    from mpiring.bench import runner, tune_overlap
+    from mpiring.bench.overlap import GEMM, Shape
+    from mpiring.bench.overlap_run import OverlapMeasurer
+
+    real_setup = runner.setup
+    seen = []
+
+    def setup(opts, world_, reporter, algos_for=None):
+        seen.append(opts.overlap)
+        if not opts.overlap:
+            return real_setup(opts, world_, reporter, algos_for)
+        sw = real_setup(replace(opts, overlap=None), world_, reporter, algos_for)
+        sw.opts = opts
+        sw.overlap = OverlapMeasurer(world_, SimulatedGpu(), [
+            Shape(GEMM, "sim", 1e-3, slowdowns=True, label="simulated 1 ms GEMMs")], reps=2)
+        sw.overlap_line = sw.overlap.describe()
+        reporter.set_baseline(sw.baseline, overlap=opts.overlap_shapes)
+        return sw
+
+    monkeypatch.setattr(tune_overlap, "require_gpus", lambda bench, world_: None)
+    monkeypatch.setattr(runner, "setup", setup)
+    path = shared / "overlap.json"
+    status = tune.main([*TINY, "--overlap", "--output", str(path)])
+    world.Barrier()
+    out = " ".join(capsys.readouterr().out.split())
+    problems = [] if status == 0 else [f"exit status {status}"]
+    if seen != [None, "gemm"]:
+        problems.append(f"sweeps with --overlap {seen} (want the eager one, then gemm)")
+    table = tuning.load(path)
+    if table.overlap != {world.size: ((None, "ring"),)} or table.graph:
+        problems.append(f"overlap {table.overlap}, graph {table.graph}")
+    if table.tables != {world.size: ((None, "ring"),)}:
+        problems.append(f"tables {table.tables}")
+    run = table.meta.get("runs", {}).get(str(world.size), {})
+    if run.get("overlap sizes") != "1 KiB .. 4 KiB (2 sizes)" or run.get("overlap candidates") \
+            != ["ring"] or "simulated 1 ms GEMMs" not in run.get("overlap workload", ""):
+        problems.append(f"run {run}")
+    if not table.has_overlap(world.size) or table.choose(world.size, 4096, overlap=True) != "ring":
+        problems.append("auto would not read the overlap entries")
+    if world.rank == 0:
+        for text in ("eager calls beside a GEMM (makespan)", "smallest makespan, gemm at 1 KiB",
+                     "beside a GEMM (overlap=True, smallest makespan): # every size ring"):
+            if text not in out:
+                problems.append(f"no {text!r} in the output")
+    verdict(problems)
