@@ -27,8 +27,11 @@ def torch_stream(obj: Any) -> Any | None:
     if not type(obj).__module__.startswith("torch") or not getattr(obj, "is_cuda", False):
         return None
     torch = sys.modules["torch"]
-    device = obj.device.index
-    ptr = torch.cuda.current_stream(device).cuda_stream
+    device = obj.get_device()  # an int: cheaper than obj.device.index (a torch.device made per call)
+    # The raw cudaStream_t of torch's current stream: what Triton reads per launch, without the
+    # Stream object current_stream() builds (a few microseconds on the eager hot path).
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    ptr = raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     view = _VIEWS.get((device, ptr))
     if view is None:
         import cupy
