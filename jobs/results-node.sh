@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The measurements behind results/ and mpiring/data/tuning-h200.json, on one GPU node:
 # the tuning table for this rank count, then the full benchmark (eager, every algorithm),
-# the small/medium sizes with CUDA graphs (--graph), and the overlap with a GEMM.
+# the small/medium sizes with CUDA graphs (--graph), the overlap with a GEMM (both workload
+# shapes, without and with an SM budget), and the host time per eager call.
 # Usage: NGPUS=4 NAME=h200x4 OUTDIR=results bash jobs/results-node.sh
-# Env as in node-env.sh; TUNING: the tuning file to write or merge into.
+# Env as in node-env.sh; TUNING: the tuning file to write or merge into; SM_BUDGET: the
+# --sm-budget of the second overlap run (default 16).
 set -euo pipefail
 source "$(dirname "$0")/node-env.sh"
 NAME=${NAME:-node${NGPUS}}
 OUTDIR=${OUTDIR:-results}
 TUNING=${TUNING:-$OUTDIR/tuning.json}
+SM_BUDGET=${SM_BUDGET:-16}
 mkdir -p "$OUTDIR"
 
-echo "== tuning table, $NGPUS ranks -> $TUNING"
-if [ -f "$TUNING" ]; then run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --merge "$TUNING"
-else run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --output "$TUNING"; fi
+echo "== tuning table (eager, graph and overlap entries), $NGPUS ranks -> $TUNING"
+if [ -f "$TUNING" ]; then run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --overlap --merge "$TUNING"
+else run "$NGPUS" "$PY" -m mpiring.bench.tune -b 1K -e 1G -f 2 --overlap --output "$TUNING"; fi
 export MPIRING_TUNING_FILE=$PWD/$TUNING  # auto below uses the table just measured
 [ ${#extra[@]} -gt 0 ] && extra+=(-x MPIRING_TUNING_FILE)  # Open MPI passes only what it is told
 
@@ -22,6 +25,11 @@ run "$NGPUS" "$PY" -m mpiring.bench --output-dir "$OUTDIR" --name "$NAME"
 echo "== CUDA graphs, small and medium messages"
 run "$NGPUS" "$PY" -m mpiring.bench -b 1K -e 64M -f 4 --graph --algo nccl,oneshot,twoshot,auto \
   --output-dir "$OUTDIR" --name "$NAME-graph"
-echo "== overlap with a GEMM"
-run "$NGPUS" "$PY" -m mpiring.bench -b 16M -e 1G -f 4 --overlap gemm --algo nccl,ring,twoshot,auto \
-  --output-dir "$OUTDIR" --name "$NAME-overlap"
+echo "== overlap with GEMMs: the makespan, both shapes, every algorithm and NCCL"
+run "$NGPUS" "$PY" -m mpiring.bench -b 16M -e 1G -f 4 --overlap gemm,train \
+  --algo nccl,ring,ring-events,twoshot,auto --output-dir "$OUTDIR" --name "$NAME-overlap"
+echo "== the same with an SM budget of $SM_BUDGET (the GEMMs planned for the other SMs)"
+run "$NGPUS" "$PY" -m mpiring.bench -b 16M -e 1G -f 4 --overlap gemm,train --sm-budget "$SM_BUDGET" \
+  --algo nccl,ring,ring-events,twoshot,auto --output-dir "$OUTDIR" --name "$NAME-overlap-sm$SM_BUDGET"
+echo "== host time per eager call (CuPy arrays and torch tensors)"
+run "$NGPUS" "$PY" -m mpiring.bench.enqueue -b 8K --torch | tee "$OUTDIR/$NAME-enqueue.txt"

@@ -303,6 +303,10 @@ def test_overlap_option_and_the_bench_options_of_its_sweep(capsys):
     assert (bench.overlap, bench.overlap_shapes, bench.timing) == ("gemm", ("gemm",), "eager")
     assert bench.algos == auto_candidates() and bench.minbytes == 1 << 20
     assert not bench.overlap_slowdowns  # the makespan alone: slowdowns would double the sweep
+    assert bench.sm_budget is None
+    assert tune.parse_args(["--overlap", "--sm-budget", "16"]).bench.sm_budget == 16
+    with pytest.raises(SystemExit):
+        tune.parse_args(["--sm-budget", "0"])
     with pytest.raises(SystemExit) as exc:
         tune.parse_args(["--overlap", "--show"])
     assert exc.value.code == 2 and "--show measures nothing" in capsys.readouterr().err

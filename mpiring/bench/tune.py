@@ -13,11 +13,11 @@ other: what a training loop without graphs pays, bound by the host) and, on GPUs
 from a CUDA graph (bound by the GPU; only the rows that can be captured: not the ring). At each
 size the fastest wins (:func:`mpiring.algorithms.auto.from_timings`): the eager sweep gives the
 table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
-caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep, the candidates
-beside a GEMM: the smallest makespan wins, for the ``overlap`` entries
-(:mod:`mpiring.bench.tune_overlap`). A candidate that rejects a size (one-shot above its limit)
-or cannot run at all (no NCCL) is simply no candidate there. The file is labelled with the
-machine's GPU model and link (:mod:`mpiring.machine`), as the communicator detects them.
+caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep beside a GEMM, the
+smallest makespan winning, for the ``overlap`` entries (:mod:`mpiring.bench.tune_overlap`);
+``--sm-budget N`` measures every sweep with that budget (recorded in the table's ``runs``). A
+candidate that rejects a size or cannot run (no NCCL) is no candidate there. The file is
+labelled with the GPU model and link (:mod:`mpiring.machine`), as the communicator sees them.
 
 On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
 (``mpi`` is no candidate of auto), and there is no graph sweep, so the table says ``ring`` for
@@ -27,8 +27,7 @@ refused there). A machine whose GPUs CuPy cannot use is an error (:mod:`mpiring.
 ``--show`` measures nothing: it prints which table auto uses here (``Communicator.tuning``).
 
 Only rank 0 prints and writes. Exit status: 0 table written; 1 a correctness check failed
-(nothing written: fix the algorithm first); 2 some points raised errors (table written from
-the others); 3 the run could not go on.
+(nothing written); 2 some points raised errors (table from the others); 3 it could not go on.
 """
 
 from __future__ import annotations
@@ -63,9 +62,8 @@ from .tunefile import (
     write_table,
 )
 
-__all__ = ["DTYPE", "OP", "TuneOptions", "candidates", "destination_problem", "graph_candidates",
-           "main", "make_table", "merge_problem", "parse_args", "table_json", "table_lines",
-           "timings", "write_table"]
+__all__ = ["DTYPE", "OP", "TuneOptions", "candidates", "destination_problem", "graph_candidates", "main",
+           "make_table", "merge_problem", "parse_args", "table_json", "table_lines", "timings", "write_table"]
 
 DESCRIPTION = f"""\
 Measure the candidates of algorithm="auto" ({', '.join(auto_candidates())}) at every message
@@ -150,6 +148,8 @@ def build_parser(prog: str = "python -m mpiring.bench.tune",
     p.add_argument("--host", action="store_true",
                    help="tune the host transport even where GPUs exist (the table is all "
                         "'ring': for testing)")
+    p.add_argument("--sm-budget", type=int_at_least(1), default=None, metavar="N",
+                   help="measure with mpiring's kernels held to N SMs (Communicator(sm_budget=N))")
     p.add_argument("--show", action="store_true",
                    help="measure nothing: print which table auto uses on this machine")
     p.add_argument("--overlap", action="store_true",
@@ -186,7 +186,7 @@ def parse_args(argv: Sequence[str] | None = None, prog: str = "python -m mpiring
                     stepfactor=ns.stepfactor, algos=auto_candidates(), batches=("auto",),
                     dtype=DTYPE, op=OP, placements=("out",), check=1, host=ns.host,
                     plot=False, time_budget=ns.time_budget, reps=ns.reps, timeout=ns.timeout,
-                    progress=ns.progress, argv=tuple(args), timing="eager")
+                    progress=ns.progress, argv=tuple(args), timing="eager", sm_budget=ns.sm_budget)
     return TuneOptions(bench, ns.output, ns.merge, per_user, ns.show, prog.split()[-1],
                        ns.overlap)
 
@@ -316,7 +316,8 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
     meta = eager.meta
     run = {"machine": _machine(meta, world.size), "measured": meta["date"], "mode": eager.mode,
            "key": list(eager.key), "sizes": sizes_text(eager.sizes), "candidates": eager.algos,
-           "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"), "command": meta["command"]}
+           "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"), "command": meta["command"],
+           "sm_budget": opts.bench.sm_budget}  # SMs mpiring's kernels were held to (None: none)
     graph_times: list[Any] = []
     if "graph" in sweeps:
         graph = sweeps["graph"]

@@ -51,9 +51,21 @@ def test_tune_writes_a_table_auto_can_load(shared):
     run = table.meta.get("runs", {}).get(str(world.size), {})
     if run.get("mode") != "host" or not run.get("machine") or not table.measured:
         problems.append(f"metadata {table.meta}")
+    if "sm_budget" not in run or run["sm_budget"] is not None:
+        problems.append(f"no budget given, the run says {run.get('sm_budget', 'nothing')}")
     if table.choose(world.size, 12345) != "ring":
         problems.append("auto would not pick ring")
     verdict(problems)
+
+
+def test_the_table_records_the_sm_budget_it_was_measured_with(shared):
+    """A table measured with ``--sm-budget`` (every sweep's communicator held to it) says so."""
+    path = shared / "budget.json"
+    status = tune.main([*TINY, "--sm-budget", "12", "--output", str(path)])
+    world.Barrier()
+    run = tuning.load(path).meta.get("runs", {}).get(str(world.size), {})
+    verdict([] if status == 0 and run.get("sm_budget") == 12 else
+            [f"exit status {status}, the run says sm_budget {run.get('sm_budget')}"])
 
 
 def test_merge_adds_this_rank_count(shared):
