@@ -215,3 +215,31 @@ def growth(before: dict[str, int], after: dict[str, int], slack: int = 4) -> lis
     return [f"{name} grew from {before[name]} to {after[name]}" for name in before
             if after[name] > before[name] + slack]
 
+
+class HostTimeline:
+    """--overlap's GPU side simulated on the host (a stand-in for mpiring.bench.loads.GpuTimeline):
+    GEMMs that take 1 ms (on paper); the calls timed for real (host allreduces): together, the
+    calls run while the GEMMs would, so the makespan is the longer of the two."""
+
+    def synchronize(self):
+        pass
+
+    def gemms_alone(self, load, n):
+        return 1e-3
+
+    def calls_alone(self, call, k):
+        start = MPI.Wtime()
+        for _ in range(k):
+            call()
+        return (MPI.Wtime() - start) / k
+
+    def beside(self, load, call, k, n):
+        t = self.calls_alone(call, k) * k
+        return [i * 1.05e-3 for i in range(n + 1)], 0.2e-3, 0.2e-3 + t
+
+    def together(self, load, call, k, g, after):
+        t = self.calls_alone(call, k) * k
+        return g * 1e-3, after * 1e-3 + t
+
+    def close(self):
+        pass

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 from mpi4py import MPI
-from mpi_support import all_ok
+from mpi_support import HostTimeline, all_ok
 
 from mpiring.bench.measure import StageFailed
 from mpiring.bench.overlap import GEMM, TRAIN, Shape, efficiency
@@ -132,34 +132,6 @@ def test_a_rank_whose_repetitions_never_count_gives_up_everywhere():
     if len(set(world.allgather(calls[0]))) != 1:
         problems.append("call counts differ")
     all_ok(problems)
-
-
-class HostTimeline:
-    """GEMMs that take 1 ms (on paper); the calls timed for real (host allreduces): together,
-    the calls run while the GEMMs would, so the makespan is the longer of the two."""
-
-    def synchronize(self):
-        pass
-
-    def gemms_alone(self, load, n):
-        return 1e-3
-
-    def calls_alone(self, call, k):
-        start = MPI.Wtime()
-        for _ in range(k):
-            call()
-        return (MPI.Wtime() - start) / k
-
-    def beside(self, load, call, k, n):
-        t = self.calls_alone(call, k) * k
-        return [i * 1.05e-3 for i in range(n + 1)], 0.2e-3, 0.2e-3 + t
-
-    def together(self, load, call, k, g, after):
-        t = self.calls_alone(call, k) * k
-        return g * 1e-3, after * 1e-3 + t
-
-    def close(self):
-        pass
 
 
 def test_a_host_run_with_a_simulated_gpu_writes_the_overlap_report(monkeypatch, shared_dir, capsys):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from mpi4py import MPI
+from mpi_support import HostTimeline
 
 import mpiring
 from mpiring import machine
@@ -185,35 +186,6 @@ def test_overlap_is_refused_on_the_host_before_measuring(shared, capsys):
     verdict(problems)
 
 
-class SimulatedGpu:
-    """GEMMs of 1 ms on paper, the calls timed for real (host allreduces); together, the calls
-    run while the GEMMs would, so the makespan is the longer of the two (as in
-    tests/mpi/test_bench_overlap_mpi.py)."""
-
-    def synchronize(self):
-        pass
-
-    def gemms_alone(self, load, n):
-        return 1e-3
-
-    def calls_alone(self, call, k):
-        start = MPI.Wtime()
-        for _ in range(k):
-            call()
-        return (MPI.Wtime() - start) / k
-
-    def beside(self, load, call, k, n):
-        t = self.calls_alone(call, k) * k
-        return [i * 1.05e-3 for i in range(n + 1)], 0.2e-3, 0.2e-3 + t
-
-    def together(self, load, call, k, g, after):
-        t = self.calls_alone(call, k) * k
-        return g * 1e-3, after * 1e-3 + t
-
-    def close(self):
-        pass
-
-
 def test_overlap_sweep_writes_the_overlap_entries(shared, monkeypatch, capsys):
     """The whole --overlap path on host arrays (the tuner's three sweeps but graph, the bench's
     runner, measurer and rows, the table, its file and summary), with the GEMM side simulated
@@ -234,7 +206,7 @@ def test_overlap_sweep_writes_the_overlap_entries(shared, monkeypatch, capsys):
             return real_setup(opts, world_, reporter, algos_for)
         sw = real_setup(replace(opts, overlap=None), world_, reporter, algos_for)
         sw.opts = opts
-        sw.overlap = OverlapMeasurer(world_, SimulatedGpu(), [
+        sw.overlap = OverlapMeasurer(world_, HostTimeline(), [
             Shape(GEMM, "sim", 1e-3, slowdowns=True, label="simulated 1 ms GEMMs")], reps=2)
         sw.overlap_line = sw.overlap.describe()
         reporter.set_baseline(sw.baseline, overlap=opts.overlap_shapes)
