@@ -72,3 +72,14 @@ def test_release_ranges_cover_every_polled_flag_and_spare_abort_and_counters(blo
     assert all(covered(w) for w in polled)
     assert not covered(lay.abort)
     assert not any(covered(lay.direct_counters + WORD * b) for b in range(blocks))
+
+
+def test_an_sm_budget_caps_the_direct_grid() -> None:
+    """Communicator(sm_budget=N): the one-/two-shot grid is at most N blocks (every rank derives
+    it from the budget as given, so the flags still line up); no budget keeps the default."""
+    from mpiring.cuda.layout import DIRECT_BLOCKS, staging_layout
+
+    assert staging_layout(None).blocks == DIRECT_BLOCKS
+    assert staging_layout(None, 16).blocks == min(16, DIRECT_BLOCKS)
+    assert staging_layout(None, 10_000).blocks == DIRECT_BLOCKS
+    assert staging_layout(None, 1).alloc_bytes <= staging_layout(None).alloc_bytes
