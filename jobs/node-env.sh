@@ -10,7 +10,10 @@ MPIRUN=${MPIRUN:-mpirun}
 PY=${PYTHON:-python3}
 TIMEOUT=${TIMEOUT:-900}
 extra=()
-if "$MPIRUN" --version 2>&1 | grep -q "Open MPI"; then
+# Read the whole banner first: `mpirun --version | grep -q` can fail under pipefail when grep
+# exits early and mpirun dies of SIGPIPE, which would silently drop the Open MPI flags below.
+mpirun_banner=$("$MPIRUN" --version 2>&1 || true)
+if [[ $mpirun_banner == *"Open MPI"* ]]; then
   extra+=(--bind-to none -x NCCL_NVLS_ENABLE -x TORCH_SYMM_MEM_DISABLE_MULTICAST -x NVSHMEM_DISABLE_NVLS
           -x PYTHONPATH)
   [ "$(id -u)" = 0 ] && extra+=(--allow-run-as-root)
