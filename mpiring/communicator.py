@@ -84,9 +84,9 @@ class Communicator:
         inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
             or ``"auto"`` (default: NCCL where it is installed); host arrays always use MPI.
         sm_budget: the most SMs mpiring's own kernels hold at once per GPU (default
-            ``MPIRING_SM_BUDGET``, else none); the compute beside them should leave those SMs
-            free (torch: ``torch._C._set_sm_carveout_experimental(comm.sm_budget)``). NCCL's
-            kernels are not bounded by it. Equal on every rank.
+            ``MPIRING_SM_BUDGET``, else none; NCCL's are not bounded); the compute beside them
+            should leave those SMs free (torch: ``torch._C._set_sm_carveout_experimental``).
+            auto prefers a table tuned under it (``mpiring.tune --sm-budget N``). Equal on every rank.
         overlap: True when calls run beside compute: ``auto`` picks per size the smallest
             makespan beside a GEMM (the tuning table's ``overlap`` entries: ``python -m
             mpiring.tune --overlap``), not the fastest alone; without entries, as usual.
@@ -129,7 +129,8 @@ class Communicator:
             self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
             host = set_up(self, groups, gpu, device, opts, inter)
             buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
-            self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout)
+            self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout,
+                                              opts.sm_budget)
             self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
                                         self._tuning.table, groups.topology, host, self._gpu,
                                         opts.overlap)
@@ -159,7 +160,6 @@ class Communicator:
     def tuning(self) -> auto_tuning.Choice:
         """The table auto uses here, its machine key and origin; ``.describe()``: in one line."""
         return self._tuning
-
 
     # -- failure state -----------------------------------------------------------------
 

@@ -53,9 +53,11 @@ class MachineKey(NamedTuple):
         """``2 x NVIDIA H200, nvlink``."""
         return f"{self.ranks} x {self.gpu}, {self.link}"
 
-    def file_name(self) -> str:
-        """``nvidia-h200-2x-nvlink.json``: the per-user table's name (:mod:`mpiring.tuning`)."""
-        return f"{slug(self.gpu)}-{self.ranks}x-{slug(self.link)}.json"
+    def file_name(self, sm_budget: int | None = None) -> str:
+        """``nvidia-h200-2x-nvlink.json``: the per-user table's name (:mod:`mpiring.tuning`);
+        measured under an SM budget of 16, ``nvidia-h200-2x-nvlink-sm16.json``."""
+        budget = f"-sm{sm_budget}" if sm_budget else ""
+        return f"{slug(self.gpu)}-{self.ranks}x-{slug(self.link)}{budget}.json"
 
 
 def slug(text: str) -> str:

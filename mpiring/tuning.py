@@ -7,7 +7,8 @@ the node, link between the GPUs); the first of these that holds a table for the 
 1. ``MPIRING_TUNING_FILE=<file>``: an explicit table (format 1 or 2; read and checked when the
    communicator is created, a bad one is refused at once);
 2. the user's table for this key, ``<dir>/<gpu>-<ranks>x-<link>.json`` (e.g.
-   ``nvidia-h200-2x-nvlink.json``), which ``python -m mpiring.tune`` writes; ``<dir>`` is
+   ``nvidia-h200-2x-nvlink.json``; ``...-sm16.json`` for a communicator with ``sm_budget=16``),
+   which ``python -m mpiring.tune [--sm-budget N]`` writes; ``<dir>`` is
    ``$MPIRING_TUNING_DIR``, else ``${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning``;
 3. the tables shipped in ``mpiring/data/tuning-*.json``;
 4. the built-in rule (:func:`mpiring.algorithms.auto.builtin_choice`).
@@ -15,6 +16,12 @@ the node, link between the GPUs); the first of these that holds a table for the 
 A table does not hold a key when its GPU model or link is another, or it has no entries for
 that rank count: then the next source is asked. A communicator of one rank uses the
 dispatcher's one-rank rule, and one across nodes runs ``hier``: no table there.
+
+An SM budget (``Communicator(sm_budget=N)``) changes the winners (a two-shot held to 16 SMs is
+~5x slower alone), so among the user's and the shipped tables the first measured under the
+communicator's budget wins (a table's ``runs`` record it; none recorded: no budget). Where none
+was, the first that holds the key serves and :meth:`Choice.describe` says that it was measured
+under another budget. An explicit ``MPIRING_TUNING_FILE`` serves whatever budget it records.
 
 Every rank must use the same table, or ranks would run different algorithms for one call and
 wait for each other forever: :func:`settle` (collective, at set-up) compares the key, the
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +56,7 @@ TUNING_DIR = "MPIRING_TUNING_DIR"
 EXPLICIT, USER, SHIPPED, BUILTIN = TUNING_FILE, "user", "shipped", "built-in rule"
 ONE_RANK, ACROSS_NODES = "one rank", "across nodes"
 _EMPTY = TuningTable({})
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,14 @@ class Choice:
     key: MachineKey | None  # None across nodes
     origin: str
     source: Source | None = None
+    sm_budget: int | None = None  # the communicator's (None: none), which the table should share
+
+    @property
+    def budget_differs(self) -> bool:
+        """Whether the table in force was measured under another SM budget than this
+        communicator's (its picks may not be the fastest here)."""
+        return (self.source is not None and self.key is not None
+                and self.source.table.sm_budget(self.key.ranks) != self.sm_budget)
 
     @property
     def table(self) -> TuningTable:
@@ -93,7 +110,19 @@ class Choice:
         table = self.source.table
         kinds = "eager and graph" if self.key.ranks in table.graph else "eager"
         return (f"{what}: {self.origin} table {self.source.path} (sha256 {self.source.digest}, "
-                f"{kinds} entries{', measured ' + table.measured if table.measured else ''}){host}")
+                f"{kinds} entries{', measured ' + table.measured if table.measured else ''}){host}"
+                f"{self._budget_note()}")
+
+    def _budget_note(self) -> str:
+        if not self.budget_differs:
+            return f", measured under this communicator's SM budget of {self.sm_budget}" \
+                if self.sm_budget else ""
+        assert self.source is not None and self.key is not None
+        theirs = self.source.table.sm_budget(self.key.ranks)
+        return (f"; measured {f'under an SM budget of {theirs}' if theirs else 'without an SM budget'}"
+                f", but this communicator's is {self.sm_budget or 'none'}: its picks may not be "
+                f"the fastest here (measure: python -m mpiring.tune"
+                f"{f' --sm-budget {self.sm_budget}' if self.sm_budget else ''})")
 
     def setup_values(self) -> dict[str, object]:
         """What every rank must share (compared by :func:`settle`)."""
@@ -112,9 +141,12 @@ def user_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(cache).expanduser() / "mpiring" / "tuning"
 
 
-def user_path(key: MachineKey, env: Mapping[str, str] | None = None) -> Path:
-    """The user's table for ``key``: ``<user_dir>/<gpu>-<ranks>x-<link>.json``."""
-    return user_dir(env) / key.file_name()
+def user_path(key: MachineKey, env: Mapping[str, str] | None = None,
+              sm_budget: int | None = None) -> Path:
+    """The user's table for ``key``: ``<user_dir>/<gpu>-<ranks>x-<link>.json``; measured under
+    an SM budget of N, ``...-sm<N>.json`` (so that tables for other budgets are kept; host
+    arrays run no kernels: no budget)."""
+    return user_dir(env) / key.file_name(None if key.gpu == machine.NONE else sm_budget)
 
 
 def _digest(data: bytes) -> str:
@@ -155,33 +187,36 @@ def shipped() -> tuple[Source, ...]:
 
 
 def find(key: MachineKey, env: Mapping[str, str] | None = None,
-         given: Source | None = None) -> Choice:
-    """The table for ``key`` in lookup order (module docstring); ``given``: the
-    ``MPIRING_TUNING_FILE`` table, already read. Raises InvalidArgumentError for a user table
-    that cannot be read or that is for another machine."""
+         given: Source | None = None, sm_budget: int | None = None) -> Choice:
+    """The table for ``key`` and a communicator of ``sm_budget`` in lookup order (module
+    docstring); ``given``: the ``MPIRING_TUNING_FILE`` table, already read. Raises
+    InvalidArgumentError for a user table that cannot be read or that is for another machine."""
+    if key.gpu == machine.NONE:
+        sm_budget = None  # host arrays: no kernels to hold to a budget
     if given is not None and given.table.covers(key):
-        return Choice(key, EXPLICIT, given)
-    path = user_path(key, env)
-    if path.is_file():
-        mine = read(path)
-        if not mine.table.covers(key):
-            raise InvalidArgumentError(
-                f"{path} is where python -m mpiring.tune keeps the table for {key.describe()}, "
-                f"but it holds tables for {mine.table.describe_machine()}: run python -m "
-                "mpiring.tune again on this machine, or delete the file")
-        return Choice(key, USER, mine)
-    for source in shipped():
-        if source.table.covers(key):
-            return Choice(key, SHIPPED, source)
-    return Choice(key, BUILTIN)
+        return Choice(key, EXPLICIT, given, sm_budget)
+    holding: list[Choice] = []  # every source that holds the key, in lookup order
+    for budget in dict.fromkeys((sm_budget, None)):  # the budget's own user table, then the plain one
+        path = user_path(key, env, budget)
+        if path.is_file():
+            mine = read(path)
+            if not mine.table.covers(key):
+                raise InvalidArgumentError(
+                    f"{path} is where python -m mpiring.tune keeps the table for {key.describe()}"
+                    f", but it holds tables for {mine.table.describe_machine()}: run python -m "
+                    "mpiring.tune again on this machine, or delete the file")
+            holding.append(Choice(key, USER, mine, sm_budget))
+    holding += [Choice(key, SHIPPED, s, sm_budget) for s in shipped() if s.table.covers(key)]
+    same_budget = [choice for choice in holding if not choice.budget_differs]
+    return (same_budget or holding or [Choice(key, BUILTIN, None, sm_budget)])[0]
 
 
 def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,
-           given: Source | None, timeout: float) -> Choice:
+           given: Source | None, timeout: float, sm_budget: int | None = None) -> Choice:
     """Collective over ``comm`` (one bounded allgather, on one node of several ranks): this
     node's key (:func:`mpiring.machine.detect`, from every GPU of the node) and table
-    (:func:`find`); raises the same SetupError on every rank if ranks differ in either, or if
-    the table cannot be read."""
+    (:func:`find`, for a communicator of ``sm_budget``); raises the same SetupError on every
+    rank if ranks differ in either, or if the table cannot be read."""
     from .agreement import allgather
     from .consensus import disagreements
 
@@ -196,7 +231,7 @@ def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,
         return Choice(key, ONE_RANK)
     choice = Choice(key, BUILTIN)
     try:
-        choice = find(key, None, given) if not problem else choice
+        choice = find(key, None, given, sm_budget) if not problem else choice
     except InvalidArgumentError as err:
         problem = str(err)
     values = choice.setup_values()
@@ -210,4 +245,6 @@ def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,
             "alike on every rank, and install the same packages (pynvml) everywhere")
     if problem:
         raise SetupError(f"auto's tuning table: {problem}")
+    if choice.budget_differs:
+        log.debug("auto: %s", choice.describe())
     return choice

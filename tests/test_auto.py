@@ -368,3 +368,29 @@ def test_overlap_entries_change_overlapped_calls_only(eager, graph, overlap, wit
         assert t.differs(2, nbytes) == plain.differs(2, nbytes)
         assert t.differs(2, nbytes, overlap=True) == (
             t.choose(2, nbytes, graph=True, overlap=True) != t.choose(2, nbytes, overlap=True))
+
+
+def _with_runs(runs: object) -> dict:
+    return {"format": 2, "runs": runs, "tables": {"2": {"eager": [[None, "ring"]]}}}
+
+
+def test_the_sm_budget_a_rank_count_was_measured_under() -> None:
+    """The tuner's flat ``runs`` entry, or the shipped builder's per-sweep one; none: no budget."""
+    table = tuning.parse(_with_runs({"2": {"sm_budget": 16}, "4": {"eager": {"sm_budget": 8}},
+                                   "8": {"sm_budget": None}}))
+    assert [table.sm_budget(n) for n in (2, 4, 8, 3)] == [16, 8, None, None]
+    assert tuning.parse(_with_runs(None)).sm_budget(2) is None
+    assert tuning.load().sm_budget(2) is None  # the shipped table: measured without a budget
+
+
+@pytest.mark.parametrize("runs, message", [
+    ({"2": {"sm_budget": 0}}, "runs for 2 ranks: sm_budget 0 is not a positive number of SMs"),
+    ({"2": {"sm_budget": "16"}}, "runs for 2 ranks: sm_budget '16'"),
+    ({"2": {"sm_budget": True}}, "runs for 2 ranks: sm_budget True"),
+    ({"4": {"eager": {"sm_budget": -1}}}, "runs for 4 ranks: sm_budget -1"),
+    ([1, 2], '"runs" must map rank counts'),
+])
+def test_a_bad_recorded_sm_budget_is_refused(runs: object, message: str) -> None:
+    """Auto looks tables up by their budget: a typo must not pass as "measured without one"."""
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        tuning.parse(_with_runs(runs), "t.json")

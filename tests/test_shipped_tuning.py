@@ -139,3 +139,24 @@ def test_a_makespan_run_must_hold_makespans_of_a_rank_count_with_eager_results(t
         shipped.build(tmp_path, sources, {4: "results/h200x2-makespan.csv"})
     with pytest.raises(ValueError, match="no candidate of auto's makespan was timed"):
         shipped.build(tmp_path, sources, {2: "results/h200x2.csv"})  # no t_both_us
+
+
+def test_the_runs_record_the_sm_budget_and_one_table_serves_one_budget(tmp_path: Path) -> None:
+    """A makespan run measured under ``--sm-budget 16`` (its JSON says so) is recorded as such,
+    and cannot join eager and graph results measured without a budget."""
+    sources = _makespan_results(tmp_path)
+    meta_path = tmp_path / "results/h200x2-makespan.json"
+    doc = json.loads(meta_path.read_text())
+    assert shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"}).sm_budget(2) is None
+    doc["metadata"]["sm_budget"] = 16  # what bench --sm-budget 16 writes
+    meta_path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"2 ranks: the results were measured under different SM "
+                                         r"budgets \{'eager': None, 'graph': None, 'overlap': 16\}"):
+        shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"})
+    for name in ("h200x2.json", "h200x2-graph.json"):
+        path = tmp_path / "results" / name
+        doc = json.loads(path.read_text())
+        doc["metadata"]["sm_budget"] = 16
+        path.write_text(json.dumps(doc))
+    built = shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"})
+    assert built.sm_budget(2) == 16 and built.meta["runs"]["2"]["graph"]["sm_budget"] == 16

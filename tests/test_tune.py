@@ -186,6 +186,11 @@ def test_python_m_mpiring_tune_writes_to_the_users_table(tmp_path, monkeypatch):
     o = tune.parse_args(["-o", str(tmp_path / "x.json")], prog="python -m mpiring.tune", per_user=True)
     assert o.destination(4, KEY) == tmp_path / "x.json"
     assert tune.parse_args([]).destination(4, KEY).name == "mpiring-tuning-4.json"  # the old command
+    # Under an SM budget, the budget's own table (the plain one, for communicators without, stays).
+    o = tune.parse_args(["--sm-budget", "16"], prog="python -m mpiring.tune", per_user=True)
+    assert o.destination(4, KEY) == tmp_path / "deep" / "dir" / "nvidia-h200-4x-nvlink-sm16.json"
+    host = MachineKey("none", 2, "none")  # host arrays run no kernels: no budget in the name
+    assert o.destination(2, host) == tmp_path / "deep" / "dir" / "none-2x-none.json"
     blocked = tmp_path / "file"
     blocked.write_text("")
     monkeypatch.setenv(tuning.TUNING_DIR, str(blocked / "sub"))

@@ -113,3 +113,73 @@ def test_what_ranks_compare_and_what_users_read(env: dict[str, str]) -> None:
     assert none == "2 x none, none: no GPU: auto runs the ring on host arrays (no tuning table)"
     assert "hier" in tuning.Choice(None, tuning.ACROSS_NODES).describe()
     assert "one rank" in tuning.Choice(H200_2._replace(ranks=1, link="none"), tuning.ONE_RANK).describe()
+
+
+def budgeted(path: Path, budget: int | None, algo: str, ranks: int = 2) -> Path:
+    """A user table for the H200 measured under ``budget`` (the tuner's ``runs`` entry)."""
+    doc = {"format": 2, "gpu": "NVIDIA H200", "link": "nvlink",
+           "runs": {str(ranks): {"sm_budget": budget}},
+           "tables": {str(ranks): {"eager": [[None, algo]]}}}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_a_budget_has_a_user_table_of_its_own() -> None:
+    assert tuning.user_path(H200_2, {"HOME": "/h"}, 16) == \
+        Path("/h/.cache/mpiring/tuning/nvidia-h200-2x-nvlink-sm16.json")
+    assert tuning.user_path(H200_2, {"HOME": "/h"}, None) == tuning.user_path(H200_2, {"HOME": "/h"})
+
+
+def test_a_communicator_with_a_budget_prefers_a_table_measured_under_it(env: dict[str, str]) -> None:
+    plain = budgeted(tuning.user_path(H200_2, env), None, "twoshot")
+    # Only tables without a budget: the user's serves (first in order), and says it differs.
+    choice = tuning.find(H200_2, env, sm_budget=16)
+    assert (choice.origin, choice.path, choice.budget_differs) == (tuning.USER, str(plain), True)
+    assert ("measured without an SM budget, but this communicator's is 16: its picks may not be "
+            "the fastest here (measure: python -m mpiring.tune --sm-budget 16)") in choice.describe()
+    # Its own table wins once measured; the plain one still serves communicators without a budget.
+    own = budgeted(tuning.user_path(H200_2, env, 16), 16, "ring")
+    choice = tuning.find(H200_2, env, sm_budget=16)
+    assert (choice.path, choice.table.choose(2, 1), choice.budget_differs) == (str(own), "ring", False)
+    assert choice.describe().endswith("measured under this communicator's SM budget of 16")
+    choice = tuning.find(H200_2, env)
+    assert (choice.path, choice.table.choose(2, 1), choice.budget_differs) == (str(plain), "twoshot", False)
+    # Another budget's table is not this one's: 8 falls back to the plain table, flagged.
+    choice = tuning.find(H200_2, env, sm_budget=8)
+    assert (choice.path, choice.budget_differs) == (str(plain), True)
+
+
+def test_a_table_measured_under_a_budget_gives_way_to_one_without_for_a_communicator_without(
+        env: dict[str, str]) -> None:
+    """A plain-named user table that records a budget (copied, or written by hand): the shipped
+    table, measured without one, serves a communicator without a budget."""
+    budgeted(tuning.user_path(H200_2, env), 16, "ring")
+    choice = tuning.find(H200_2, env)
+    assert (choice.origin, choice.budget_differs) == (tuning.SHIPPED, False)
+    # With a budget of 16, the same file is the one measured under it.
+    assert tuning.find(H200_2, env, sm_budget=16).origin == tuning.USER
+    # No table at all for the key: the built-in rule, whatever the budget.
+    assert tuning.find(H200_4._replace(ranks=3), env, sm_budget=16).origin == tuning.BUILTIN
+
+
+def test_the_shipped_table_serves_a_budget_it_was_not_measured_under_and_says_so(
+        env: dict[str, str]) -> None:
+    choice = tuning.find(H200_4, env, sm_budget=16)
+    assert (choice.origin, choice.budget_differs) == (tuning.SHIPPED, True)
+    assert "measured without an SM budget" in choice.describe()
+
+
+def test_an_explicit_table_serves_any_budget(env: dict[str, str], tmp_path: Path) -> None:
+    budgeted(tuning.user_path(H200_2, env, 16), 16, "ring")
+    given = tuning.read(budgeted(tmp_path / "explicit.json", 8, "oneshot"))
+    choice = tuning.find(H200_2, env, given, sm_budget=16)
+    assert (choice.origin, choice.table.choose(2, 1), choice.budget_differs) == \
+        (tuning.EXPLICIT, "oneshot", True)
+    assert "measured under an SM budget of 8, but this communicator's is 16" in choice.describe()
+
+
+def test_host_arrays_have_no_budget(env: dict[str, str]) -> None:
+    """No kernels run on host arrays: a budget neither picks a table nor is reported."""
+    key = MachineKey("none", 2, "none")
+    choice = tuning.find(key, env, sm_budget=16)
+    assert (choice.sm_budget, choice.budget_differs) == (None, False)

@@ -113,6 +113,12 @@ class TuningTable:
         as eager and graph calls do)."""
         return bool(self.overlap.get(world_size))
 
+    def sm_budget(self, world_size: int) -> int | None:
+        """The SM budget this rank count's entries were measured under (``python -m mpiring.tune
+        --sm-budget N`` records it in ``runs``); None: none, as in tables written before budgets
+        existed. A budget changes the winners: a two-shot held to 16 SMs is ~5x slower alone."""
+        return _run_budget((self.meta.get("runs") or {}).get(str(world_size)))
+
     def covers(self, key: MachineKey) -> bool:
         """Whether this table serves the machine ``key`` (its model, link and rank count)."""
         return (key.ranks in self.tables and self.gpu in (None, key.gpu)
@@ -160,6 +166,32 @@ def _label(data: dict, name: str, source: str) -> str | None:
         raise InvalidArgumentError(f"{source}: {name!r} must be a non-empty string (or null for "
                                    f"any), got {value!r}")
     return value
+
+
+def _run_budget(run: Any) -> int | None:
+    """A ``runs`` entry's ``sm_budget``: the tuner's flat entry, or the eager sweep's (shipped)."""
+    if not isinstance(run, dict):
+        return None
+    if "sm_budget" not in run and isinstance(run.get(EAGER), dict):
+        run = run[EAGER]
+    budget = run.get("sm_budget")
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+
+
+def _check_runs(runs: Any, source: str) -> None:
+    """``runs`` maps rank counts to what was measured; a recorded ``sm_budget`` is null or a
+    positive number of SMs (auto looks tables up by it: a typo must not pass as "no budget")."""
+    if runs is None:
+        return
+    if not isinstance(runs, dict):
+        raise InvalidArgumentError(f"{source}: \"runs\" must map rank counts to what was measured")
+    for key, run in runs.items():
+        for entry in (run, *(run.values() if isinstance(run, dict) else ())):
+            budget = entry.get("sm_budget") if isinstance(entry, dict) else None
+            if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)
+                                       or budget < 1):
+                raise InvalidArgumentError(f"{source}: runs for {key} ranks: sm_budget {budget!r} "
+                                           "is not a positive number of SMs (or null: none)")
 
 
 def _entries(rows: Any, where: str, source: str, graph: bool = False) -> Entries:
@@ -238,6 +270,7 @@ def parse(data: Any, source: str = "tuning table") -> TuningTable:
                                            "eager ones (eager serves the other calls)")
             if entries:
                 extra[kind][world] = entries
+    _check_runs(data.get("runs"), source)
     gpu, link = (None, None) if fmt == 1 else (_label(data, "gpu", source), _label(data, "link", source))
     meta = {k: v for k, v in data.items() if k not in ("tables", "format", "gpu", "link")}
     return TuningTable(eager, str(data.get("machine", "")), str(data.get("measured", "")), meta,

@@ -115,7 +115,8 @@ def _run(root: Path, name: str, rows: Sequence[Row], kind: str,
             "sizes": sizes_text(sorted({r.size_bytes for r in rows})),
             "candidates": sorted({algo for _, _, algo, _ in times}),
             "gaps": gaps(rows, kind == "graph", kind == "overlap"), "mpiring": meta.get("mpiring"),
-            "nccl": meta.get("nccl"), "cuda_runtime": meta.get("cuda_runtime")}
+            "nccl": meta.get("nccl"), "cuda_runtime": meta.get("cuda_runtime"),
+            "sm_budget": meta.get("sm_budget")}  # bench --sm-budget (None: none); auto looks it up
 
 
 def _ladder(root: Path, name: str, nranks: int, kind: str) -> tuple[Entries, dict[str, Any]]:
@@ -147,6 +148,10 @@ def build(root: Path, sources: dict[int, tuple[str, str]] | None = None,
         named += [("overlap", overlap_sources[nranks])] if nranks in overlap_sources else []
         for kind, name in named:
             ladders[kind][nranks], kinds[kind] = _ladder(root, name, nranks, kind)
+        budgets = {kind: run["sm_budget"] for kind, run in kinds.items()}
+        if len(set(budgets.values())) > 1:
+            raise ValueError(f"{nranks} ranks: the results were measured under different SM "
+                             f"budgets {budgets}: one table serves one budget")
         runs[str(nranks)] = kinds
     meta = {"dtype": DTYPE, "op": OP, "link evidence": LINK_EVIDENCE,
             "derived by": "python -m mpiring.bench.shipped (tests/test_shipped_tuning.py checks it)",

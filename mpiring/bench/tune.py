@@ -15,9 +15,9 @@ size the fastest wins (:func:`mpiring.algorithms.auto.from_timings`): the eager 
 table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
 caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep beside a GEMM, the
 smallest makespan winning, for the ``overlap`` entries (:mod:`mpiring.bench.tune_overlap`);
-``--sm-budget N`` measures every sweep with that budget (recorded in the table's ``runs``). A
-candidate that rejects a size or cannot run (no NCCL) is no candidate there. The file is
-labelled with the GPU model and link (:mod:`mpiring.machine`), as the communicator sees them.
+``--sm-budget N`` measures every sweep under that budget, for communicators of it (recorded in
+``runs``: :mod:`mpiring.tuning`). A candidate that rejects a size or cannot run (no NCCL) is no
+candidate there. The file is labelled with the GPU model and link (:mod:`mpiring.machine`).
 
 On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
 (``mpi`` is no candidate of auto), and there is no graph sweep, so the table says ``ring`` for
@@ -108,13 +108,13 @@ class TuneOptions:
 
     def destination(self, nranks: int, key: MachineKey | None = None) -> Path:
         """Where the table goes: ``--output``, else the ``--merge`` file, else (``per_user``) the
-        user's table for ``key``, else ``mpiring-tuning-<nranks>.json`` here."""
+        user's table for ``key`` (and ``--sm-budget``), else ``mpiring-tuning-<nranks>.json``."""
         if self.output or self.merge:
             return Path(self.output or self.merge or "")
         if self.per_user and key is not None:
             from ..tuning import user_path
 
-            return user_path(key)
+            return user_path(key, sm_budget=self.bench.sm_budget)
         return Path(f"mpiring-tuning-{nranks}.json")
 
     def folder(self) -> Path:
@@ -149,7 +149,7 @@ def build_parser(prog: str = "python -m mpiring.bench.tune",
                    help="tune the host transport even where GPUs exist (the table is all "
                         "'ring': for testing)")
     p.add_argument("--sm-budget", type=int_at_least(1), default=None, metavar="N",
-                   help="measure with mpiring's kernels held to N SMs (Communicator(sm_budget=N))")
+                   help="measure with mpiring's kernels held to N SMs, for Communicator(sm_budget=N)")
     p.add_argument("--show", action="store_true",
                    help="measure nothing: print which table auto uses on this machine")
     p.add_argument("--overlap", action="store_true",
@@ -357,7 +357,7 @@ def _write_and_show(path: Path, table: TuningTable, key: MachineKey, opts: TuneO
     for line in ladder_lines(table, world.size):
         reporter.print(f"#   {line}")
     counts = ", ".join(map(str, sorted(table.tables)))
-    if path.resolve() == user_path(key).resolve():
+    if path.resolve() == user_path(key, sm_budget=opts.bench.sm_budget).resolve():
         reporter.print(f"# wrote {path} (tables for {counts} ranks): auto uses it on this "
                        f"machine ({key.describe()}) from now on", soft_wrap=True)
         if os.environ.get(TUNING_FILE):
@@ -377,7 +377,7 @@ def _show(opts: TuneOptions, world: Any, reporter: Any) -> int:
 
     try:
         comm = Communicator(MPI.COMM_WORLD, gpu=False if opts.bench.host else None,
-                            timeout=opts.bench.timeout)
+                            timeout=opts.bench.timeout, sm_budget=opts.bench.sm_budget)
     except Exception as err:  # raised on every rank by the library's collective set-up
         raise BenchError(f"cannot create the mpiring communicator: {type(err).__name__}: "
                          f"{err}") from err
