@@ -93,6 +93,13 @@ def test_no_module_is_over_400_lines(path: Path) -> None:
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
 
 
+def test_cuda_cpp_lives_in_cu_files() -> None:
+    """Kernels are .cu/.cuh files (mpiring/cuda/csrc, mpiring/bench/csrc), which CI compiles with
+    NVRTC (tests/test_cuda_sources.py); a kernel in a Python string would escape that check."""
+    inline = [str(p.relative_to(ROOT)) for p in _modules() if "__global__" in p.read_text(encoding="utf-8")]
+    assert not inline, f"CUDA kernels written inside Python modules: {inline}: move them to a .cu file"
+
+
 def test_the_folders_show_the_architecture() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert {"algorithms", "backends", "cuda", "bench", "transports"} <= folders

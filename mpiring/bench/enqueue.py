@@ -47,6 +47,7 @@ from ..buffers import Memory
 from ..communicator import Communicator
 from ..errors import MpiringError
 from ..replay import Replays
+from . import kernels
 from .argtypes import RankZeroParser, int_at_least, size_arg
 from .mode import AUTO, GPU, HOST, ModeError, choose
 from .sizes import format_size
@@ -102,22 +103,13 @@ class Gate:
     a word of pinned host memory (bounded by ``limit`` seconds: a round whose launches fill the
     queue before the gate opens waits that long and its time is void)."""
 
-    SOURCE = r"""
-    extern "C" __global__ void gate(volatile const int* open, unsigned long long limit_ns) {
-      unsigned long long start, now;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-      do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-      } while (*open == 0 && now - start < limit_ns);
-    }"""
-
     def __init__(self, limit: float = 2.0) -> None:
         import ctypes
 
         import cupy
 
         self._cupy, self._limit = cupy, np.uint64(limit * 1e9)
-        self._kernel = cupy.RawKernel(self.SOURCE, "gate")
+        self._kernel = cupy.RawKernel(kernels.source("enqueue.cu"), "gate")
         self._pinned = cupy.cuda.alloc_pinned_memory(4)  # mapped into the GPU at the same address
         self._word = (ctypes.c_int32 * 1).from_address(self._pinned.ptr)
 
@@ -237,7 +229,7 @@ def _empty_launch(cupy) -> Callable[[], None]:
     """One launch of an empty kernel with pre-packed arguments: the driver's cost alone."""
     from ..cuda.launcher import PackedLaunch, function_handle
 
-    kernel = cupy.RawKernel('extern "C" __global__ void empty(long long a) {}', "empty")
+    kernel = cupy.RawKernel(kernels.source("enqueue.cu"), "empty")
     bound = PackedLaunch(("i64",), 32).bind(function_handle(kernel), 1, 0)
     return lambda: bound(cupy.cuda.get_current_stream().ptr)
 

@@ -22,7 +22,12 @@ events on its stream, so the wait for SMs counts), and the GEMM's time beside th
 its time alone. What it does not show: the ring's copies and memops (they need no SMs) and
 several ranks; ``bench --overlap`` measures the ring itself.
 
-    python -m mpiring.bench.starve [--gemm 8192] [--mib 16] [--folds 200] [--json FILE]
+Then whole calls (:mod:`mpiring.bench.starve_calls`): ``--chunks`` chunks, each copied by a copy
+engine and folded, by one fold launch per chunk (as the ring does) or by one persistent fold
+per call, ``--calls`` calls per variant, alone and beside the GEMM.
+
+    python -m mpiring.bench.starve [--gemm 8192] [--mib 16] [--folds 200] [--chunks 8]
+                                   [--calls 100] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,18 +38,10 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 
+from . import kernels
 from .carveout import cupy_gemms_on
 
 THREADS = 256
-SOURCE = r"""
-extern "C" __global__ void fold(float4* out, const float4* a, const float4* b, long long n4) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
-       i += (long long)gridDim.x * blockDim.x) {
-    float4 x = a[i], y = b[i];
-    out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-  }
-}
-"""
 
 
 @dataclass(frozen=True)
@@ -89,11 +86,11 @@ def _check(result: tuple) -> tuple:
     return tuple(values)
 
 
-def compile_fold(major: int, minor: int) -> bytes:
-    """The fold kernel's cubin for compute capability ``major.minor`` (NVRTC)."""
+def compile_folds(major: int, minor: int) -> bytes:
+    """The cubin of ``csrc/starve.cu`` (both folds) for compute capability ``major.minor`` (NVRTC)."""
     from cuda.bindings import nvrtc
 
-    prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"fold.cu", 0, [], [])[1]
+    prog = nvrtc.nvrtcCreateProgram(kernels.source("starve.cu").encode(), b"starve.cu", 0, [], [])[1]
     opts = [f"--gpu-architecture=sm_{major}{minor}".encode()]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     if int(err) != 0:
@@ -108,7 +105,8 @@ def compile_fold(major: int, minor: int) -> bytes:
 
 
 class Gpu:
-    """The driver objects of one measurement: the fold kernel, streams per variant, events."""
+    """The driver objects of one measurement: the folds (``kernel``: one per chunk;
+    ``chunks_kernel``: one per call), streams per variant, events."""
 
     def __init__(self, device: int = 0) -> None:
         import cupy
@@ -128,10 +126,12 @@ class Gpu:
         self.sms = ask(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         major = ask(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = ask(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-        self._cubin = np.frombuffer(compile_fold(major, minor), dtype=np.uint8).copy()
+        self.device = device
+        self._cubin = np.frombuffer(compile_folds(major, minor), dtype=np.uint8).copy()
         self.library = _check(driver.cuLibraryLoadData(self._cubin.ctypes.data, None, None, 0,
                                                        None, None, 0))[0]
         self.kernel = _check(driver.cuLibraryGetKernel(self.library, b"fold"))[0]
+        self.chunks_kernel = _check(driver.cuLibraryGetKernel(self.library, b"fold_chunks"))[0]
         self.lowest, self.highest = _check(driver.cuCtxGetStreamPriorityRange())
         self._greens: dict[int, tuple] = {}
 
@@ -244,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=200, help="folds timed per variant and setting")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--match", default="", help="only the variants whose label holds this text")
+    parser.add_argument("--calls", type=int, default=100,
+                        help="whole calls timed per call variant (0: none; mpiring.bench.starve_calls)")
+    parser.add_argument("--chunks", type=int, default=8, help="chunks (of --mib MiB) per call")
     args = parser.parse_args(argv)
     gpu = Gpu()
     variants = [v for v in default_variants(gpu.sms) if args.match in v.label]
@@ -261,11 +264,32 @@ def main(argv: list[str] | None = None) -> int:
               f"beside GEMM {r.fold_beside_us:7.1f} us (p90 {r.fold_beside_p90_us:7.1f}, p99 "
               f"{r.fold_beside_p99_us:7.1f}, max {r.fold_beside_max_us:7.1f})  x{r.slowdown:5.2f}  "
               f"GEMM x{r.gemm_slowdown:5.3f}", flush=True)
+    calls = run_calls(gpu, args) if args.calls > 0 else []
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"sms": gpu.sms, "gemm": args.gemm, "mib": args.mib, "folds": args.folds,
-                       "results": [asdict(r) for r in results]}, f, indent=1)
-    return 0 if results else 1
+                       "results": [asdict(r) for r in results], "chunks": args.chunks,
+                       "calls": args.calls, "call_results": [asdict(r) for r in calls]}, f, indent=1)
+    return 0 if results and (calls or args.calls <= 0) else 1
+
+
+def run_calls(gpu: Gpu, args: argparse.Namespace) -> list:
+    """Whole calls: a fold launch per chunk against one persistent fold (:mod:`.starve_calls`)."""
+    from .starve_calls import default_call_variants, line, measure_calls
+
+    print(f"# whole calls: {args.chunks} chunks of {args.mib} MiB per operand, each copied by a "
+          f"copy engine and then folded; {args.calls} calls per variant")
+    out = []
+    for cv in default_call_variants(gpu.sms):
+        if args.match not in cv.label:
+            continue
+        try:
+            out.append(measure_calls(gpu, cv, args.gemm, args.mib, args.chunks, args.calls))
+        except Exception as err:  # noqa: BLE001 - reported, the others still run
+            print(f"# {cv.label}: {type(err).__name__}: {err}", file=sys.stderr)
+            continue
+        print(line(out[-1]), flush=True)
+    return out
 
 
 if __name__ == "__main__":
