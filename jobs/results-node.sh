@@ -2,7 +2,7 @@
 # The measurements behind results/ and mpiring/data/tuning-h200.json, on one GPU node:
 # the tuning table for this rank count, then the full benchmark (eager, every algorithm),
 # the small/medium sizes with CUDA graphs (--graph), the overlap with a GEMM (both workload
-# shapes, without and with an SM budget), and the host time per eager call.
+# shapes, without and with an SM budget), the host time per eager call, and bench.starve.
 # Usage: NGPUS=4 NAME=h200x4 OUTDIR=results bash jobs/results-node.sh
 # Env as in node-env.sh; TUNING: the tuning file to write or merge into; SM_BUDGET: the
 # --sm-budget of the second overlap run (default 16).
@@ -33,3 +33,6 @@ run "$NGPUS" "$PY" -m mpiring.bench -b 16M -e 1G -f 4 --overlap gemm,train --sm-
   --algo nccl,ring,ring-events,twoshot,auto --output-dir "$OUTDIR" --name "$NAME-overlap-sm$SM_BUDGET"
 echo "== host time per eager call (CuPy arrays and torch tensors)"
 run "$NGPUS" "$PY" -m mpiring.bench.enqueue -b 8K --torch | tee "$OUTDIR/$NAME-enqueue.txt"
+echo "== a fold, and a whole call's folds (per chunk, or one persistent launch), beside a GEMM (GPU 0)"
+timeout -k 10 "$TIMEOUT" "$PY" -m mpiring.bench.starve --json "$OUTDIR/$NAME-starve.json" \
+  | tee "$OUTDIR/$NAME-starve.txt"
