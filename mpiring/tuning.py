@@ -35,7 +35,7 @@ import functools
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -195,7 +195,16 @@ def find(key: MachineKey, env: Mapping[str, str] | None = None,
         sm_budget = None  # host arrays: no kernels to hold to a budget
     if given is not None and given.table.covers(key):
         return Choice(key, EXPLICIT, given, sm_budget)
-    holding: list[Choice] = []  # every source that holds the key, in lookup order
+    first = None  # the first source that holds the key, whatever its budget
+    for choice in _holding(key, env, sm_budget):
+        if not choice.budget_differs:
+            return choice
+        first = first or choice
+    return first or Choice(key, BUILTIN, None, sm_budget)
+
+
+def _holding(key: MachineKey, env: Mapping[str, str] | None, sm_budget: int | None) -> Iterator[Choice]:
+    """The user's and the shipped tables that hold ``key``, in lookup order, read as asked for."""
     for budget in dict.fromkeys((sm_budget, None)):  # the budget's own user table, then the plain one
         path = user_path(key, env, budget)
         if path.is_file():
@@ -205,10 +214,10 @@ def find(key: MachineKey, env: Mapping[str, str] | None = None,
                     f"{path} is where python -m mpiring.tune keeps the table for {key.describe()}"
                     f", but it holds tables for {mine.table.describe_machine()}: run python -m "
                     "mpiring.tune again on this machine, or delete the file")
-            holding.append(Choice(key, USER, mine, sm_budget))
-    holding += [Choice(key, SHIPPED, s, sm_budget) for s in shipped() if s.table.covers(key)]
-    same_budget = [choice for choice in holding if not choice.budget_differs]
-    return (same_budget or holding or [Choice(key, BUILTIN, None, sm_budget)])[0]
+            yield Choice(key, USER, mine, sm_budget)
+    for source in shipped():
+        if source.table.covers(key):
+            yield Choice(key, SHIPPED, source, sm_budget)
 
 
 def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,

@@ -183,3 +183,13 @@ def test_host_arrays_have_no_budget(env: dict[str, str]) -> None:
     key = MachineKey("none", 2, "none")
     choice = tuning.find(key, env, sm_budget=16)
     assert (choice.sm_budget, choice.budget_differs) == (None, False)
+
+
+def test_the_budgets_own_table_serves_without_reading_the_plain_one(env: dict[str, str]) -> None:
+    """Tables are read as the lookup reaches them: a broken plain table does not stop a
+    communicator whose budget has a good table of its own (and does stop one without)."""
+    tuning.user_path(H200_2, env).write_text("{half a table")
+    own = budgeted(tuning.user_path(H200_2, env, 16), 16, "ring")
+    assert tuning.find(H200_2, env, sm_budget=16).path == str(own)
+    with pytest.raises(InvalidArgumentError, match="is not valid JSON"):
+        tuning.find(H200_2, env)

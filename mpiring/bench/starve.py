@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({"sms": gpu.sms, "gemm": args.gemm, "mib": args.mib, "folds": args.folds,
                        "results": [asdict(r) for r in results], "chunks": args.chunks,
                        "calls": args.calls, "call_results": [asdict(r) for r in calls]}, f, indent=1)
-    return 0 if results and (calls or args.calls <= 0) else 1
+    return 0 if results or calls else 1  # a variant that failed is reported on stderr
 
 
 def run_calls(gpu: Gpu, args: argparse.Namespace) -> list:
