@@ -1,0 +1,128 @@
+"""mpiring.trace.ring_timeline on the host transport, on real ranks: traced ring calls give exact
+results; each call's spans cover every transfer once on each queue, in sequence; a late rank
+shows up as the next rank's wait for a full slot; the block leaves the ring as it found it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from mpi_support import all_ok, check_result, gather_inputs, make_input
+
+from mpiring import Communicator, trace
+from mpiring.ops import Op
+from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FREE, WAIT_FULL, Span, TracingTransport
+
+world = MPI.COMM_WORLD
+LATE = 0.3  # seconds rank 0 starts late in the straggler test
+
+
+def span_problems(spans: list, label: str) -> list[str]:
+    """What is wrong with one call's spans on a ring of world.size ranks."""
+    if world.size == 1:
+        return [] if not spans else [f"{label}: a ring of one has spans {spans[:3]}"]
+    seqs = {step: [s.seq for s in spans if s.step == step]
+            for step in (SEND, FOLD_STEP, WAIT_FULL, WAIT_FREE)}
+    sends = sorted(seqs[SEND])
+    problems = []
+    if not sends or sends != list(range(sends[0], sends[0] + len(sends))):
+        problems.append(f"{label}: send seqs {sends} are not one run")
+    if sorted(seqs[FOLD_STEP]) != sends or sorted(seqs[WAIT_FULL]) != sends:
+        problems.append(f"{label}: fold / wait-full seqs differ from the sends'")
+    if any(s.end < s.start or s.start < 0 for s in spans):
+        problems.append(f"{label}: a span ends before it starts, or before the call")
+    return problems
+
+
+@pytest.mark.parametrize("count", [1, 1000, 40_000])
+def test_traced_calls_are_exact_and_span_every_transfer(small_comm, count: int) -> None:
+    problems: list[str] = []
+    with trace.ring_timeline(small_comm) as timeline:
+        for seed in range(3):
+            x = make_input(np.dtype(np.float64), Op.SUM, count, seed)
+            out = np.full_like(x, np.nan)
+            small_comm.Allreduce(x, out, algorithm="ring")
+            problems += check_result(out, gather_inputs(x), Op.SUM, f"count {count} seed {seed}")
+    problems += [] if len(timeline.calls) == 3 else [f"{len(timeline.calls)} calls traced, not 3"]
+    for k, spans in enumerate(timeline.calls):
+        problems += span_problems(spans, f"call {k}")
+    if world.size > 1:
+        first, second = ([s.seq for s in spans if s.step == SEND] for spans in timeline.calls[:2])
+        if min(second) != max(first) + 1:
+            problems.append(f"the second call's seqs {min(second)}.. do not follow the first's "
+                            f"..{max(first)}")
+        summary = timeline.summary()
+        if not (summary.call > 0 and summary.steps in {len(c) for c in timeline.calls}):
+            problems.append(f"summary {summary}")
+    all_ok(problems)
+    assert not isinstance(small_comm._host.pipeline.transport, TracingTransport)
+
+
+def test_a_late_rank_shows_as_the_next_ranks_wait_for_a_full_slot(world) -> None:
+    """Rank 0 starts each call LATE seconds after the others: rank 1's folds wait for its data.
+    (With the per-call check off: with it on, the check meets the late rank before the ring.)"""
+    x = np.arange(4096, dtype=np.float64) + world.rank
+    problems: list[str] = []
+    with Communicator(world, gpu=False, slot_bytes=4096, check=False, timeout=60) as comm, \
+            trace.ring_timeline(comm) as timeline:
+        for _ in range(2):
+            world.Barrier()
+            if world.rank == 0:
+                time.sleep(LATE)
+            out = np.full_like(x, np.nan)
+            comm.Allreduce(x, out, algorithm="ring")
+            problems += check_result(out, gather_inputs(x), Op.SUM, "straggler")
+    if world.size > 1 and world.rank == 1:
+        waited = [trace.summarize(spans).wait_full for spans in timeline.calls]
+        if min(waited) < 0.8 * LATE:
+            problems.append(f"rank 1 waited {waited} s for full slots; rank 0 was {LATE} s late")
+    all_ok(problems)
+
+
+def test_one_trace_at_a_time_and_the_ring_restored_after_an_error(small_comm) -> None:
+    pipeline = small_comm._host.pipeline
+    ring = pipeline.transport
+    with trace.ring_timeline(small_comm), pytest.raises(RuntimeError, match="already being traced"), \
+            trace.ring_timeline(small_comm):
+        pass
+    assert pipeline.transport is ring
+    with pytest.raises(KeyError), trace.ring_timeline(small_comm):
+        raise KeyError("the block's own error")
+    assert pipeline.transport is ring
+    x = np.ones(100)
+    out = np.zeros(100)
+    small_comm.Allreduce(x, out, algorithm="ring")  # the ring still runs, untraced
+    all_ok([] if np.all(out == world.size) else [f"after tracing: {out[:4]}"])
+
+
+def test_the_timeline_command_on_the_host(shared_dir) -> None:
+    """python -m mpiring.bench.timeline --host: every rank's medians and spans in the JSON, the
+    result checked; no GEMM setting on host arrays."""
+    from mpiring.bench import timeline as command
+
+    path = shared_dir / "timeline.json"
+    status = command.main(["--host", "-b", "64K", "--calls", "4", "--json", str(path)], world)
+    problems = [] if status == 0 else [f"exit status {status}"]
+    if world.rank == 0:
+        doc = json.loads(path.read_text())
+        ranks = doc["ranks"]
+        if len(ranks) != world.size or doc["errors"]:
+            problems.append(f"{len(ranks)} ranks reported, errors {doc['errors']}")
+        for r, settings in enumerate(ranks):
+            if list(settings) != [command.ALONE] or len(settings[command.ALONE]["calls"]) != 4:
+                problems.append(f"rank {r}: settings {list(settings)}")
+                continue
+            for k, spans in enumerate(settings[command.ALONE]["calls"]):
+                problems += span_problems([Span(**s) for s in spans], f"rank {r} call {k}")
+    all_ok(problems)
+
+
+def test_the_timeline_command_refuses_a_size_that_is_no_float32_count() -> None:
+    from mpiring.bench import timeline as command
+
+    with pytest.raises(SystemExit):
+        command.parse_args(["-b", "6"])
+    assert command.parse_args(["-b", "1M"]).bytes == 1 << 20
