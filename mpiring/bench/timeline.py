@@ -6,9 +6,9 @@ into the next rank's slots, the folds (on a GPU their time on the SMs, *includin
 SMs to run them*), the slowest fold, and the waits of each queue: for a full slot (the previous
 rank's data) and for a free one (the next rank's fold). First alone, then, on GPUs, beside
 square float16 GEMMs running back to back on another stream (``--gemm N``; 0: none), planned
-for ``--gemm-sms`` SMs (0: all), with the communicator's ``--sm-budget``. A fold that waits for
-SMs behind the GEMM shows as folds far above their time alone, and as the next rank's waits for
-free slots; a copy engine that is slow shows in the copies.
+for ``--gemm-sms`` SMs (0: all; default: what the communicator's ``--sm-budget`` leaves). A fold
+that waits for SMs behind the GEMM shows as folds far above their time alone, and as the next
+rank's waits for free slots; a copy engine that is slow shows in the copies.
 
 The output buffer is poisoned (NaN) before each set of calls and checked element by element
 after it. Tracing records two events per step, so these are not timings: ``python -m
@@ -44,8 +44,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--calls", type=int_at_least(1), default=20, help="traced calls per setting")
     p.add_argument("--gemm", type=nonneg_int, default=8192, metavar="N",
                    help="GPUs: N x N float16 GEMMs beside the second set of calls (0: none)")
-    p.add_argument("--gemm-sms", type=nonneg_int, default=0, metavar="N",
-                   help="plan the GEMMs for N SMs (cublasSetSmCountTarget; 0: all)")
+    p.add_argument("--gemm-sms", type=nonneg_int, default=None, metavar="N",
+                   help="plan the GEMMs for N SMs (cublasSetSmCountTarget; 0: all; default: "
+                        "those --sm-budget leaves, as mpiring.bench --overlap does)")
     p.add_argument("--sm-budget", type=int_at_least(1), default=None, metavar="N",
                    help="the communicator's sm_budget")
     p.add_argument("--host", action="store_true", help="host arrays even where GPUs exist")
@@ -74,9 +75,11 @@ def beside_gemms(comm: Any, x: Any, expected: Any, args: argparse.Namespace,
     """The traced calls while GEMMs run back to back on another stream (enough to outlast them)."""
     import cupy
 
+    from .carveout import sms_left
     from .loads import CupyGemm
 
-    load = CupyGemm(args.gemm, sms=args.gemm_sms)
+    sms = args.gemm_sms if args.gemm_sms is not None else sms_left(comm.sm_budget)
+    load = CupyGemm(args.gemm, sms=sms)
     stream = cupy.cuda.Stream(non_blocking=True)
     marks = [cupy.cuda.Event() for _ in range(2)]
     with stream:
