@@ -11,7 +11,8 @@ A span is one step of one ring call on one queue (:mod:`mpiring.transports.traci
 copy queue the wait for the next rank's "free" and the copy into its slot, on the fold queue
 the wait for this rank's slot to be "full" and the fold (which, on a GPU, includes any wait for
 SMs to run it). The block traces the ring pipeline of the communicator's GPU path (its host
-path on a communicator without GPUs); each run of the pipeline is one entry of ``calls``
+path on a communicator without GPUs; on GPUs the ``ring`` row's, not ``ring-events``'s, whose
+signals are host waits); each run of the pipeline is one entry of ``calls``
 (a reduce-scatter or all-gather phase too). On a GPU the marks are CUDA events on the ring's
 own streams, read when the block ends (after ``comm.synchronize()``). Tracing adds a mark
 before and after each step, so a traced call is not a timed call: it shows where the time goes,
@@ -27,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import CommunicatorClosedError
 from .transports.tracing import (
     FOLD_STEP,
     SEND,
@@ -97,6 +99,8 @@ class RingTimeline:
 def ring_timeline(comm: Any) -> Iterator[RingTimeline]:
     """Trace this rank's ring calls made on ``comm`` inside the block (module docstring).
     Local: every rank may trace or not; the calls themselves are unchanged."""
+    if comm.closed:
+        raise CommunicatorClosedError("ring_timeline: this communicator is closed")
     backend = comm._gpu if comm.gpu else comm._host  # the path whose pipeline runs the ring
     pipeline = backend.pipeline
     inner = pipeline.transport

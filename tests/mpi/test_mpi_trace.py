@@ -13,6 +13,7 @@ from mpi4py import MPI
 from mpi_support import all_ok, check_result, gather_inputs, make_input
 
 from mpiring import Communicator, trace
+from mpiring.errors import CommunicatorClosedError
 from mpiring.ops import Op
 from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FREE, WAIT_FULL, Span, TracingTransport
 
@@ -126,3 +127,11 @@ def test_the_timeline_command_refuses_a_size_that_is_no_float32_count() -> None:
     with pytest.raises(SystemExit):
         command.parse_args(["-b", "6"])
     assert command.parse_args(["-b", "1M"]).bytes == 1 << 20
+
+
+def test_a_closed_communicator_cannot_be_traced(world) -> None:
+    comm = Communicator(world, gpu=False)
+    comm.close()
+    with pytest.raises(CommunicatorClosedError, match="ring_timeline: this communicator is closed"), \
+            trace.ring_timeline(comm):
+        pass
