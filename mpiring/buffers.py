@@ -24,14 +24,31 @@ class Memory(enum.IntEnum):
     CUDA = 1
 
 
+class LazyView(NamedTuple):
+    """A CuPy view of elements ``start:stop`` of ``owner`` (a torch tensor, or an object with
+    ``__cuda_array_interface__``), made only when :attr:`Buffer.array` is read: CuPy's view of a
+    torch tensor costs tens of microseconds per buffer, and no row mpiring ships reads it (the
+    GPU path works on addresses); a user's own row still can."""
+
+    owner: Any
+    dtype: np.dtype
+    start: int = 0
+    stop: int | None = None
+
+    def make(self) -> Any:
+        view = _cupy_view(self.owner, self.dtype)
+        return None if view is None else view[self.start:self.stop]
+
+
 class Buffer(NamedTuple):
     """A contiguous run of ``count`` elements of ``dtype`` at ``address``.
 
-    ``array`` is a flat view the host transport uses directly (a numpy array) for host memory;
-    for device memory it is a CuPy array over the same memory (or None when CuPy cannot
-    represent the dtype), which the GPU path does not need: it works on ``address``.
-    Immutable; a NamedTuple because one is built per buffer per call (3x cheaper than a
-    frozen dataclass).
+    :attr:`array` is a flat view the host transport uses directly (a numpy array) for host
+    memory; for device memory it is a CuPy array over the same memory (or None when CuPy cannot
+    represent the dtype), which the GPU path does not need: it works on ``address``. ``view``
+    holds that view, or (torch tensors, CAI objects) the :class:`LazyView` that makes it when
+    ``array`` is read. Immutable; a NamedTuple because one is built per buffer per call (3x
+    cheaper than a frozen dataclass).
     """
 
     memory: Memory
@@ -39,8 +56,14 @@ class Buffer(NamedTuple):
     count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here uses
     dtype: np.dtype
     readonly: bool
-    array: Any
+    view: Any  # the flat view, a LazyView, or None
     owner: Any
+
+    @property
+    def array(self) -> Any:
+        """The flat view (made now from a :class:`LazyView`, each time it is read)."""
+        view = self.view
+        return view.make() if type(view) is LazyView else view
 
     @property
     def nbytes(self) -> int:
@@ -50,9 +73,13 @@ class Buffer(NamedTuple):
         """Elements ``start .. start + count`` of this buffer, as a buffer of their own."""
         if start < 0 or count < 0 or start + count > self.count:
             raise ValueError(f"part {start}+{count} is outside a buffer of {self.count} elements")
-        array = None if self.array is None else self.array[start:start + count]
+        view = self.view
+        if type(view) is LazyView:
+            view = view._replace(start=view.start + start, stop=view.start + start + count)
+        elif view is not None:
+            view = view[start:start + count]
         return Buffer(self.memory, self.address + start * self.dtype.itemsize, count, self.dtype,
-                      self.readonly, array, self.owner)
+                      self.readonly, view, self.owner)
 
 
 # DLPack device types (dlpack.h): what we accept and what we name in errors.
@@ -159,7 +186,7 @@ def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:
         raise _not_contiguous(role, strides, shape, "cupy")
     address, readonly = cai["data"]
     count = int(np.prod(shape, dtype=np.int64))
-    return Buffer(Memory.CUDA, int(address), count, dtype, bool(readonly), _cupy_view(owner, dtype), owner)
+    return Buffer(Memory.CUDA, int(address), count, dtype, bool(readonly), LazyView(owner, dtype), owner)
 
 
 def _cupy_view(owner: Any, dtype: np.dtype) -> Any:
@@ -229,7 +256,7 @@ def _from_torch(t: Any, role: str) -> Buffer:
             raise InvalidArgumentError(
                 f"{role} has element type {name}, which mpiring cannot reduce"
             ) from None
-        array = _cupy_view(t, dtype)
+        array = LazyView(t, dtype)
     dtype = _check_dtype(dtype, role)
     return Buffer(Memory.CUDA, int(t.data_ptr()), int(t.numel()), dtype, False, array, t)
 

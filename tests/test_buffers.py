@@ -513,3 +513,47 @@ def test_np_matrix_is_described_as_a_flat_array() -> None:
     assert type(buf.array) is np.ndarray and buf.array.shape == (6,) and buf.count == 6
     buf.array[0] = 9.0
     assert m[0, 0] == 9.0  # the same memory
+
+
+class RecordingCupy:
+    """A stand-in for the cupy module: ``asarray`` records what it was asked to view and returns
+    a numpy array of ``size`` elements (numpy reshapes and slices as CuPy does)."""
+
+    class ndarray:  # noqa: N801 - the name _cupy_view checks against
+        pass
+
+    def __init__(self) -> None:
+        self.viewed: list[Any] = []
+
+    def asarray(self, obj: Any) -> np.ndarray:
+        self.viewed.append(obj)
+        return np.arange(6.0, dtype=np.float32).reshape(2, 3)
+
+
+@pytest.fixture
+def recording_cupy(monkeypatch: pytest.MonkeyPatch) -> RecordingCupy:
+    fake = RecordingCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    return fake
+
+
+@pytest.mark.parametrize("make", [lambda: FakeTensor("cuda"), lambda: FakeCudaArray((2, 3))],
+                         ids=["torch", "cai"])
+def test_a_device_buffers_cupy_view_is_made_only_when_read(recording_cupy: RecordingCupy, make) -> None:
+    """describe() does not build CuPy's view of a torch tensor or CAI object (tens of us each, per
+    call, and no shipped row reads it); reading ``array`` builds it, over the same elements, and a
+    part's view is the same slice of it."""
+    obj = make()
+    buf = describe(obj, "recvbuf")
+    part = buf.part(2, 3)
+    assert recording_cupy.viewed == []
+    assert buf.array.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert recording_cupy.viewed == [obj]
+    assert part.array.tolist() == [2.0, 3.0, 4.0] and part.part(1, 2).array.tolist() == [3.0, 4.0]
+    assert buf.part(6, 0).array.tolist() == []
+
+
+def test_a_bfloat16_tensor_has_no_cupy_view(recording_cupy: RecordingCupy) -> None:
+    """CuPy has no bfloat16: such a tensor's ``array`` is None, and nothing is asked of CuPy."""
+    buf = describe(FakeTensor("cuda", "bfloat16"), "recvbuf")
+    assert buf.array is None and buf.part(1, 2).array is None and recording_cupy.viewed == []

@@ -104,3 +104,17 @@ def test_in_place_and_allreduce_return_torch(comm):
     y = comm.allreduce(torch.full((1000,), 2.0, device=device), op="avg")
     ok = isinstance(y, torch.Tensor) and bool((x == 1).all()) and bool((y == 2).all())
     agree(ok, f"avg of ones {x[:3]}, of twos {y[:3] if isinstance(y, torch.Tensor) else type(y)}")
+
+
+def test_a_tensors_cupy_view_is_made_when_read_over_the_same_memory(comm) -> None:
+    """describe() leaves CuPy's view of a tensor unmade (mpiring.buffers.LazyView); read, it is
+    a flat CuPy array over the tensor's memory, and a part's view the matching slice."""
+    from mpiring.buffers import LazyView, describe
+
+    t = torch.arange(12, dtype=torch.float32, device=f"cuda:{comm.device}").reshape(3, 4)
+    buf = describe(t, "recvbuf")
+    view, part = buf.array, buf.part(5, 4).array
+    ok = (type(buf.view) is LazyView and isinstance(view, cupy.ndarray) and view.shape == (12,)
+          and view.data.ptr == t.data_ptr() and part.data.ptr == t.data_ptr() + 20
+          and cupy.asnumpy(part).tolist() == [5.0, 6.0, 7.0, 8.0])
+    agree(ok, f"view {type(view).__name__} {getattr(view, 'shape', None)}, part {part}")
