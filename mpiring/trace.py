@@ -41,7 +41,7 @@ from .transports.tracing import (
     TracingTransport,
 )
 
-__all__ = ["CallSummary", "RingTimeline", "Span", "ring_timeline", "summarize"]
+__all__ = ["CallSummary", "RingTimeline", "Span", "median_summary", "ring_timeline", "summarize"]
 
 
 @dataclass(frozen=True)
