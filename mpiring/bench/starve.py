@@ -169,6 +169,35 @@ class Gpu:
         return _check(self.d.cuEventElapsedTime(start, end))[0] * 1e3
 
 
+class Gemms:
+    """``n`` x ``n`` float16 GEMMs (CuPy's cuBLAS) queued back to back on a stream of their own,
+    an event after each: what the folds run beside. ``alone_us``: one GEMM's median time alone."""
+
+    def __init__(self, cupy, n: int) -> None:
+        self.cupy = cupy
+        self.x = cupy.ones((n, n), dtype=cupy.float16)
+        self.y = cupy.empty_like(self.x)
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.times_us(self.queue(3))  # warm-up (cuBLAS's workspace)
+        self.alone_us = statistics.median(self.times_us(self.queue(10)))
+
+    def queue(self, count: int) -> list:
+        """Queue ``count`` GEMMs; returns the ``count + 1`` events around them."""
+        marks = [self.cupy.cuda.Event() for _ in range(count + 1)]
+        with self.stream:
+            marks[0].record()
+            for k in range(count):
+                self.cupy.matmul(self.x, self.x, out=self.y)
+                marks[k + 1].record()
+        return marks
+
+    def times_us(self, marks: list) -> list[float]:
+        """Each queued GEMM's time, in microseconds (waits for them to finish)."""
+        self.stream.synchronize()
+        elapsed = self.cupy.cuda.get_elapsed_time
+        return [elapsed(marks[k], marks[k + 1]) * 1e3 for k in range(len(marks) - 1)]
+
+
 def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int) -> list[Result]:
     """Every variant's fold alone and beside the GEMM, and the GEMM beside it."""
     cupy, np, d = gpu.cupy, gpu.np, gpu.d
@@ -177,25 +206,7 @@ def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int
     args = [np.array([p], dtype=np.uint64) for p in (out.data.ptr, a.data.ptr, b.data.ptr)]
     args.append(np.array([n4], dtype=np.int64))
     params = np.array([x.ctypes.data for x in args], dtype=np.uint64)
-    x = cupy.ones((gemm_n, gemm_n), dtype=cupy.float16)
-    y = cupy.empty_like(x)
-    gemm_stream = cupy.cuda.Stream(non_blocking=True)
-
-    def gemms(count: int) -> list:
-        marks = [cupy.cuda.Event() for _ in range(count + 1)]
-        with gemm_stream:
-            marks[0].record()
-            for k in range(count):
-                cupy.matmul(x, x, out=y)
-                marks[k + 1].record()
-        return marks
-
-    gemms(3)
-    gemm_stream.synchronize()
-    alone = gemms(10)
-    gemm_stream.synchronize()
-    gemm_alone = statistics.median(cupy.cuda.get_elapsed_time(alone[k], alone[k + 1]) * 1e3
-                                   for k in range(10))
+    gemms = Gemms(cupy, gemm_n)
 
     results = []
     for variant in variants:
@@ -203,22 +214,20 @@ def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int
         marks = [gpu.event() for _ in range(2 * folds)]
         gpu.folds(stream, variant.grid, params.ctypes.data, marks)  # warm-up (module load, clocks)
         alone_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
-        count = max(4, int(2 * statistics.median(alone_us) * folds / gemm_alone) + 4)
+        count = max(4, int(2 * statistics.median(alone_us) * folds / gemms.alone_us) + 4)
         cupy_gemms_on(variant.gemm_sms)
         try:
-            beside_marks = gemms(count)  # the GEMMs are queued first: the folds arrive while they run
+            beside_marks = gemms.queue(count)  # queued first: the folds arrive while they run
             beside_us = gpu.folds(stream, variant.grid, params.ctypes.data, marks)
-            gemm_stream.synchronize()
+            gemm_times = gemms.times_us(beside_marks)
         finally:
             cupy_gemms_on(0)
-        gemm_times = [cupy.cuda.get_elapsed_time(beside_marks[k], beside_marks[k + 1]) * 1e3
-                      for k in range(count)]
         gemm_beside = statistics.median(gemm_times[:max(1, count // 2)])  # the GEMMs the folds overlapped
         _check(d.cuStreamDestroy(stream))
         med_alone, med_beside = statistics.median(alone_us), statistics.median(beside_us)
         results.append(Result(variant.label, med_alone, _quantile(alone_us, 0.9), med_beside,
                               _quantile(beside_us, 0.9), _quantile(beside_us, 0.99), max(beside_us),
-                              med_beside / med_alone, gemm_beside / gemm_alone))
+                              med_beside / med_alone, gemm_beside / gemms.alone_us))
     return results
 
 

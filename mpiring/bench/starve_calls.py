@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .carveout import cupy_gemms_on
-from .starve import THREADS, Gpu, Variant, _check, _quantile
+from .starve import THREADS, Gemms, Gpu, Variant, _check, _quantile
 
 LIMIT_NS = 2_000_000_000  # a flag that does not come within 2 s fails the persistent fold
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: the poison of b and out before every call
@@ -166,48 +166,29 @@ class Call:
 def measure_calls(gpu: Gpu, cv: CallVariant, gemm_n: int, mib: int, chunks: int,
                   calls: int) -> CallResult:
     """``calls`` calls alone and beside the GEMM (after :data:`CHECKED_CALLS` checked ones)."""
-    cupy = gpu.cupy
-    x = cupy.ones((gemm_n, gemm_n), dtype=cupy.float16)
-    y = cupy.empty_like(x)
-    gemm_stream = cupy.cuda.Stream(non_blocking=True)
-
-    def gemms(count: int) -> list:
-        marks = [cupy.cuda.Event() for _ in range(count + 1)]
-        with gemm_stream:
-            marks[0].record()
-            for k in range(count):
-                cupy.matmul(x, x, out=y)
-                marks[k + 1].record()
-        return marks
-
-    def gemm_times(marks: list, count: int) -> list[float]:
-        return [cupy.cuda.get_elapsed_time(marks[k], marks[k + 1]) * 1e3 for k in range(count)]
-
+    gemms = Gemms(gpu.cupy, gemm_n)
     call = Call(gpu, cv, mib, chunks)
     try:
         pair = [gpu.event(), gpu.event()]
         for _ in range(CHECKED_CALLS):  # one at a time, each checked (also the warm-up)
             call.run(1, pair)
-        gemms(3)
-        gemm_stream.synchronize()
-        alone_gemm = statistics.median(gemm_times(gemms(10), 10))
         marks = [gpu.event() for _ in range(2 * calls)]
         alone = call.run(calls, marks)
-        count = max(4, int(2 * statistics.median(alone) * calls / alone_gemm) + 4)
+        count = max(4, int(2 * statistics.median(alone) * calls / gemms.alone_us) + 4)
         cupy_gemms_on(cv.variant.gemm_sms)
         try:
-            beside_marks = gemms(count)  # queued first: the calls arrive while they run
+            beside_marks = gemms.queue(count)  # queued first: the calls arrive while they run
             beside = call.run(calls, marks)
-            gemm_stream.synchronize()
+            gemm_times = gemms.times_us(beside_marks)
         finally:
             cupy_gemms_on(0)
-        gemm_beside = statistics.median(gemm_times(beside_marks, count)[:max(1, count // 2)])
+        gemm_beside = statistics.median(gemm_times[:max(1, count // 2)])
     finally:
         call.close()
     med_alone, med_beside = statistics.median(alone), statistics.median(beside)
     return CallResult(cv.label, call.launches, med_alone, _quantile(alone, 0.9), med_beside,
                       _quantile(beside, 0.9), _quantile(beside, 0.99), max(beside),
-                      med_beside / med_alone, gemm_beside / alone_gemm)
+                      med_beside / med_alone, gemm_beside / gemms.alone_us)
 
 
 def line(r: CallResult) -> str:
