@@ -149,6 +149,8 @@ def report(args: argparse.Namespace, size: int, ranks: list[tuple[dict[str, Any]
         for r, (timelines, _) in enumerate(ranks):
             if setting in timelines:
                 print(f"{setting:12s} rank {r}: {CallSummary(**timelines[setting]['median']).line()}")
+    if args.gemm and not failed and not any(BESIDE in t for t, _ in ranks):
+        print("# no GEMM setting: host arrays (the GEMMs run on GPUs only)")
     for line in failed:
         print(f"# FAILED {line}", file=sys.stderr)
     if args.json:

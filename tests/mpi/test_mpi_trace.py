@@ -99,7 +99,7 @@ def test_one_trace_at_a_time_and_the_ring_restored_after_an_error(small_comm) ->
     all_ok([] if np.all(out == world.size) else [f"after tracing: {out[:4]}"])
 
 
-def test_the_timeline_command_on_the_host(shared_dir) -> None:
+def test_the_timeline_command_on_the_host(shared_dir, capsys) -> None:
     """python -m mpiring.bench.timeline --host: every rank's medians and spans in the JSON, the
     result checked; no GEMM setting on host arrays."""
     from mpiring.bench import timeline as command
@@ -107,6 +107,9 @@ def test_the_timeline_command_on_the_host(shared_dir) -> None:
     path = shared_dir / "timeline.json"
     status = command.main(["--host", "-b", "64K", "--calls", "4", "--json", str(path)], world)
     problems = [] if status == 0 else [f"exit status {status}"]
+    out = capsys.readouterr().out
+    if world.rank == 0 and "no GEMM setting: host arrays" not in out:
+        problems.append(f"rank 0 printed {out!r}")
     if world.rank == 0:
         doc = json.loads(path.read_text())
         ranks = doc["ranks"]
