@@ -33,6 +33,16 @@ def _gpu_count() -> int:
         return 0
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The GPU fuzz test's budget and seed (tests/gpu/test_gpu_fuzz.py)."""
+    parser.addoption("--fuzz-seconds", type=float, default=60.0,
+                     help="seconds the GPU fuzz test draws random cases for (default 60)")
+    parser.addoption("--fuzz-seed", type=int, default=None,
+                     help="the GPU fuzz test's seed (default: a new one each run, printed on failure)")
+    parser.addoption("--fuzz-rows", default=None,
+                     help="the GPU fuzz test's rows, comma-separated (default: every GPU row and auto)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip GPU tests where no GPU can run them."""
     gpu_items = [item for item in items

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mpiring.bench import collectives as co
 from mpiring.bench.arrays import HostSpace
@@ -131,3 +133,12 @@ def test_poisoned_output_fails_every_element():
         space.poison(b.recv)
         bad = b.check_output()
         assert bad is not None and bad.count == checked, collective
+
+
+@given(st.integers(min_value=-5, max_value=1 << 40))
+def test_the_odd_count_check_uses_an_odd_count_just_under_the_point(count: int) -> None:
+    near = co.odd_count_near(count)
+    if count < 2:
+        assert near is None
+    else:
+        assert near is not None and near % 2 == 1 and max(1, count - 8) <= near < count

@@ -34,10 +34,22 @@ class FakeComm:
         self.check = True
         self.calls = 0
         self.checked_calls = 0
+        self.counts: list[int] = []
 
     def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
         self.calls += 1
         self.checked_calls += int(self.check)
+        self.counts.append(len(recv))
+        if self.mode == "wrong-odd" and len(recv) % 2:
+            if send is not MPI.IN_PLACE:
+                np.copyto(recv, send)
+            recv[len(recv) // 2] += 1
+            return
+        if self.mode == "past-odd" and len(recv) % 2:
+            if send is not MPI.IN_PLACE:
+                np.copyto(recv, send)
+            recv.base[len(recv)] = 0  # one element past the call's vector
+            return
         if self.mode == "unavailable":
             raise mpiring.UnavailableError("no NCCL in this test")
         if self.mode == "limit":
@@ -76,8 +88,10 @@ def test_correct_point_is_checked_then_timed(placement, dtype):
     s = out.stats
     assert 0 < s.min <= s.median <= s.max and s.mean > 0 and s.std >= 0
     assert out.reps == 3 and 1 <= out.iters <= 1000 and out.warmup >= 2
-    assert comm.calls == 1 + 1 + out.warmup + out.reps * out.iters
-    assert comm.checked_calls == 1  # the library's agreement check: checked call only
+    # the check, the odd-count check, a probe, the warm-up and the timed calls
+    assert comm.calls == 1 + 1 + 1 + out.warmup + out.reps * out.iters
+    assert comm.checked_calls == 2  # the library's agreement check: checked calls only
+    assert comm.counts[:2] == [COUNT, COUNT - 7]  # then an odd count near it
     assert comm.check is True  # restored
 
 
@@ -101,7 +115,22 @@ def test_check_iterations_each_on_fresh_poison(checks):
     """-c N: N checked calls before timing; a correct point reports #wrong 0."""
     out, comm = measure(check=checks)
     assert (out.status, out.check, out.wrong) == ("ok", "OK", 0)
-    assert comm.checked_calls == checks  # the library's agreement: checked calls only
+    assert comm.checked_calls == checks + 1  # and the odd-count call; no other checked calls
+
+
+@pytest.mark.parametrize("placement", ["out", "in"])
+@pytest.mark.parametrize(("mode", "words"), [
+    ("wrong-odd", "wrong result at count 993: 1 of 993 elements wrong, first at index 496"),
+    ("past-odd", "a call of 993 elements wrote past them: 1 of 7 elements wrong, first at index 0"),
+])
+def test_a_row_wrong_only_at_odd_counts_fails(mode, placement, words):
+    """The timed size is even (1000 elements); a row that is wrong only at odd counts, or that
+    writes past a shorter vector, fails the point through the odd-count check, untimed."""
+    out, comm = measure(mode, placement)
+    assert (out.status, out.check) == ("fail", "FAIL"), out.note
+    assert out.stats is None and comm.calls == 2
+    assert words in out.note, out.note
+    assert out.wrong == 1
 
 
 class FlakyComm(FakeComm):
@@ -259,7 +288,7 @@ def test_averaging_modes_combine_the_ranks_times(average, factor):
 def test_fixed_iterations_and_warmup():
     out, comm = measure(iters=4, warmup=2, reps=5)
     assert (out.iters, out.warmup, out.reps) == (4, 2, 5)
-    assert comm.calls == 1 + 1 + 2 + 5 * 4
+    assert comm.calls == 1 + 1 + 1 + 2 + 5 * 4
 
 
 def test_warmup_policy():

@@ -32,7 +32,8 @@ from ..errors import (
     RankMismatchError,
     UnavailableError,
 )
-from .collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, SizeBuffers
+from .capture import capture_guard
+from .collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, SizeBuffers, odd_count_near
 from .stats import SLOWEST, Stats, combine, iterations_for, summarize
 
 # Errors raised before any data moved: the communicator stays usable after them.
@@ -164,12 +165,13 @@ def capture_cupy(stream: Any, call: Callable[[], None], k: int) -> Any:
     """``k`` calls captured in one CUDA graph on CuPy's ``stream`` (current), after one call
     outside the capture, so the capture holds only the calls themselves."""
     call()
-    stream.begin_capture()
-    try:
-        for _ in range(k):
-            call()
-    finally:
-        graph = stream.end_capture()
+    with capture_guard():
+        stream.begin_capture()
+        try:
+            for _ in range(k):
+                call()
+        finally:
+            graph = stream.end_capture()
     return graph
 
 
@@ -253,6 +255,7 @@ class PointMeasurer:
 
     def _measure(self, point: Point, bufs: SizeBuffers,
                  call: Callable[[], None] | None = None) -> Outcome:
+        own = call is None  # mpiring's row, not another library's
         call = call or self._call(point, bufs)
         saved = self.comm.check
         try:
@@ -260,6 +263,8 @@ class PointMeasurer:
             for _ in range(self.check):
                 self._check(point, bufs, call)
                 check_label, wrong = "OK", 0
+            if self.check and own and point.collective == ALLREDUCE:
+                self._check_odd_count(point, bufs)
             self.comm.check = self.time_agreement
             outcome = self._time(call, check_label)
             outcome.wrong = wrong
@@ -306,6 +311,46 @@ class PointMeasurer:
 
         verdicts = agree(self.world, run_and_compare, share=True)
         errors = [f"rank {r}: {p}" for r, (ps, _) in enumerate(verdicts) for p in ps]
+        if errors:
+            raise StageFailed("fail", errors, rebuild=False,
+                              wrong=sum(w for _, w in verdicts))
+
+    def _check_odd_count(self, point: Point, bufs: SizeBuffers) -> None:
+        """One more checked call, of an odd count a little under the point's
+        (:func:`~mpiring.bench.collectives.odd_count_near`) on the leading elements of the same
+        buffers: every result element exact, every element past it untouched on every rank."""
+        count = odd_count_near(bufs.count)
+        if count is None:
+            return
+        in_place = point.placement == "in"
+        space, comm, op, algo, nb = self.space, self.comm, self.mpi_op, point.algo, point.call_batches
+
+        def prepare() -> None:
+            bufs.prepare_prefix(count, in_place)
+            space.synchronize()
+
+        agree(self.world, prepare)
+
+        def run_and_compare() -> tuple[list[str], int]:
+            self.comm.check = True
+            send = self.in_place if in_place else bufs.send[:count]
+            comm.Allreduce(send, bufs.recv[:count], op, algorithm=algo, batches=nb)
+            space.synchronize()
+            problems, wrong = [], 0
+            bad = bufs.check_output(count)
+            if bad is not None:
+                problems.append(f"wrong result at count {count}: " + bad.describe(count))
+                wrong += bad.count
+            past = bufs.check_untouched(count)
+            if past is not None:
+                problems.append(f"a call of {count} elements wrote past them: "
+                                + past.describe(bufs.count - count))
+                wrong += past.count
+            return problems, wrong
+
+        verdicts = agree(self.world, run_and_compare, share=True)
+        errors = [f"rank {r}: {p}" for r, (ps, _) in enumerate(verdicts) for p in ps]
+        bufs.load_input()  # the timed calls read the whole, unchanged input again
         if errors:
             raise StageFailed("fail", errors, rebuild=False,
                               wrong=sum(w for _, w in verdicts))

@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import MpiringError
 from . import peers
 from .algorithms import AUTO
+from .capture import capture_guard
 from .collectives import ALLREDUCE, kind, reported_count
 from .measure import Outcome, Point
 from .overlap import OverlapResult, sm_hold
@@ -45,7 +46,7 @@ def _capturing(sw: Any) -> Iterator[None]:
         yield
         return
     stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
+    with stream, capture_guard():
         stream.begin_capture()
         try:
             yield

@@ -39,6 +39,7 @@ import functools
 import numpy as np
 
 from ..descriptor import Descriptor
+from ..errors import InvalidArgumentError
 from ..ops import Op
 from . import sources
 from .contract import CONTROL, DIRECT_THREADS, LL_LINES, LL_THREADS
@@ -81,6 +82,18 @@ class DirectKernels:
 
         self.layout = layout
         self.blocks = layout.blocks
+        # Two-shot cuts a call of several chunks into shards of a 16-byte word per thread of
+        # the grid (csrc/direct.cu, "Staging words keep their owner"): a chunk must hold one
+        # such shard per rank.
+        grain = staging.size * WORD * THREADS * layout.blocks
+        if grain > layout.twoshot_bytes:
+            raise InvalidArgumentError(
+                f"the direct kernels' grid of {layout.blocks} blocks is too large for "
+                f"{staging.size} ranks: two-shot needs {staging.size} x {WORD} x {THREADS} x "
+                f"{layout.blocks} = {grain} bytes of staging per chunk and has "
+                f"{layout.twoshot_bytes}; use at most "
+                f"{layout.twoshot_bytes // (staging.size * WORD * THREADS)} blocks "
+                "(MPIRING_DIRECT_BLOCKS)")
         # The largest one-shot message, in bytes: every rank's row must fit one slot.
         self.oneshot_limit = layout.oneshot_bytes // staging.size // WORD * WORD
         self.ll_limit = layout.ll_limit  # the largest oneshot-ll message, in bytes

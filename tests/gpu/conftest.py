@@ -16,6 +16,15 @@ from mpiring import cuda  # noqa: E402
 if not cuda.available():
     pytest.skip("no CUDA GPU visible", allow_module_level=True)
 
+from mpi4py import MPI  # noqa: E402
+
+# Each rank on the GPU its communicators will bind (node rank i -> GPU i, mpiring.cuda.device)
+# before any test allocates: a test that makes its arrays before its communicator must not put
+# them on GPU 0 (which only works where every rank shares one GPU).
+_node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+cupy.cuda.Device(_node.rank % cupy.cuda.runtime.getDeviceCount()).use()
+_node.Free()
+
 from gpu_helpers import NCCL_ROWS, SHARED_GPU  # noqa: E402
 
 

@@ -94,7 +94,8 @@ def _two_gpus():
 
 @pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot"])
 def test_rank_killed_while_its_call_runs(tmp_path: Path, algo: str) -> None:
-    """The victim dies (SIGKILL) while enqueueing call 2; the others' GPUs wait on its flags.
+    """The victim dies (SIGKILL) once it has enqueued call 2 (none of its part ran); the
+    others' GPUs wait on its flags.
     Protection: the watchdog (ring) and the kernels' clocked barriers (one-shot, two-shot),
     which time out, abort the communicator and release every stuck GPU wait."""
     job = Job(tmp_path, "kill", algo, check=False)

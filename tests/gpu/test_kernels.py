@@ -228,7 +228,8 @@ class OneRankStaging:
         cupy.cuda.runtime.free(self.ptr)
 
 
-LAYOUT = StagingLayout(slot_bytes=64 << 10, oneshot_bytes=64 << 10, twoshot_bytes=64 << 10, blocks=8)
+# 4 blocks: two-shot's chunk holds a 16-byte word per thread of the grid for each of 2 ranks.
+LAYOUT = StagingLayout(slot_bytes=64 << 10, oneshot_bytes=64 << 10, twoshot_bytes=64 << 10, blocks=4)
 NO_DESC = (0, 0)  # a call's descriptor: one rank has no peer to compare it with
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from ..capture import capture_guard
 from ..measure import agree
 from .base import PeerContext, current_stream_pointer, missing
 from .env import multicast_off
@@ -153,7 +154,7 @@ class TorchSession:
         ext = self.stream(int(stream.ptr))
         call()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=ext, capture_error_mode="thread_local"):
+        with capture_guard(), torch.cuda.graph(graph, stream=ext, capture_error_mode="thread_local"):
             for _ in range(k):
                 call()
         return TorchGraph(torch, graph, ext)

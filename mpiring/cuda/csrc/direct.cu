@@ -26,6 +26,21 @@
 // the output staging from the next writers. Kernels of one communicator never run concurrently
 // (the launcher's caller orders them), so counters and flags serve one kernel at a time. Data
 // written by peers is read with L2-only loads (ld.global.cg), so no stale L1 line is ever used.
+//
+// Staging words keep their owner. A barrier orders block b of one rank with block b of the
+// others only, never with another block. So when a later chunk of the same call writes a
+// staging word, the writer must be the namesake of the block that read that word in the chunk
+// before: the owner of a staging word must depend on its address alone, not on the chunk's
+// geometry. Word w of a shard is moved by thread w % T (T: the grid's threads) and a shard
+// starts at r * shard in the staging, so the owner of staging word r * shard / V + w is the
+// same thread for every geometry exactly when every shard is a multiple of T words. Two-shot
+// therefore cuts a call of several chunks into shards of whole multiples of T words, the last,
+// shorter chunk too (its shards only shrink to the next multiple). Before, the last chunk's
+// shards were cut to whole words only: its rows started elsewhere, another block wrote words
+// a block of the previous chunk might still be reading, and at 4 ranks about one call in six
+// of 35 MiB to 500 MiB that was no multiple of the chunk returned wrong sums. A call of one
+// chunk reuses nothing (the next kernel starts after every block of this one has passed its
+// last barrier, which every peer's blocks have entered), so its shards stay balanced to a word.
 #include "types.cuh"
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
@@ -151,12 +166,18 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
   u64 seq = first_seq(c);
   const int me = c->rank, size = c->size;
   const long long V = 16 / sizeof(S);
-  const long long chunk = c->twoshot_bytes / sizeof(S) / (size * V) * (size * V);
+  // Shards of a call of several chunks are whole multiples of G elements: G is one 16-byte word
+  // for every thread of the grid. See "Staging words keep their owner" above: this is what lets
+  // a chunk reuse the staging after barriers of namesake blocks only. The host guarantees
+  // size * G * sizeof(S) <= twoshot_bytes (mpiring/cuda/layout.py), so chunk > 0.
+  const long long G = V * gridDim.x * blockDim.x;
+  const long long chunk = c->twoshot_bytes / sizeof(S) / (size * G) * (size * G);
+  const long long grain = n > chunk ? G : V;    // one chunk: no reuse inside the call
   S* stage_in = (S*)c->twoshot_in[me];
   const S* stage_out = (const S*)c->twoshot_out[me];
   for (long long base = 0, k = 0; base < n; base += chunk, ++k) {
     const long long m = lmin(chunk, n - base);
-    const long long shard = ((m + size - 1) / size + V - 1) / V * V;  // whole words; size*shard <= chunk
+    const long long shard = ((m + size - 1) / size + grain - 1) / grain * grain;  // size*shard <= chunk
     for (int s = 0; s < size; ++s) {            // 1. shard s of my input into row me of rank s
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>((S*)c->twoshot_in[s] + me * shard, true, in + base + lo, vec, false, len);

@@ -12,8 +12,8 @@ poisoned with a negative value no partial or final sum can take; each output ele
 
 Scenarios (``VICTIM`` is the faulty rank; the timeout is ``MPIRING_TIMEOUT``):
 
-* ``kill``: the victim SIGKILLs itself while enqueueing call 2 (ring: at its 10th send;
-  one-shot/two-shot: just before the launch), while call 2 runs on the other GPUs.
+* ``kill``: the victim SIGKILLs itself once it has enqueued call 2 behind a long spin kernel
+  (so none of its part ran), while call 2 runs on the other GPUs.
 * ``stop``: the victim SIGSTOPs itself just before call 2; a child resumes it after
   ``MPIRING_FAULT_RESUME`` s, and it then makes call 2.
 * ``skip``: the victim skips call 2, then closes once the others gave up.
@@ -115,22 +115,18 @@ def call(comm: mpiring.Communicator, label: str, algo: str, count: int | None = 
 
 
 
-def kill_while_enqueueing(comm: mpiring.Communicator, algo: str) -> None:
-    """SIGKILL this process at its 10th ring send from now, or at its next direct launch."""
-    die = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # noqa: E731
-    if algo == "ring":
-        link = comm._gpu.transport
-        send, sends = link.send, [0]
-
-        def counted(*args: Any) -> None:
-            sends[0] += 1
-            if sends[0] == 10:
-                die()
-            send(*args)
-
-        link.send = counted
-    else:
-        comm._gpu.direct.launch = die
+def kill_once_enqueued(comm: mpiring.Communicator, algo: str) -> None:
+    """Call 2, then SIGKILL this process as soon as ``Allreduce`` has enqueued it: a spin kernel
+    of several timeouts ahead of it on the stream keeps any of this rank's part from running,
+    so whatever the row, the others' GPUs are left waiting on flags this rank never writes.
+    (Killing at the Nth internal send raced: whether the call went through that method
+    depended on the path the call took, and the victim sometimes finished its call.)"""
+    count = COUNTS[algo]
+    x, out = inputs(count), cupy.full(count, POISON, dtype=cupy.float32)
+    cupy.cuda.get_current_stream().synchronize()
+    SPIN((1,), (1,), (np.int64(5 * timeout * 1e9),))
+    comm.Allreduce(x, out, algorithm=algo)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def disable_timeouts(comm: mpiring.Communicator) -> None:
@@ -200,7 +196,7 @@ def main() -> None:
             wait_for(others, 10 * timeout)  # the others give up first; then close learns why
     elif scenario == "kill":
         if rank == victim:
-            kill_while_enqueueing(comm, algo)
+            kill_once_enqueued(comm, algo)
         call(comm, "fault", algo)
     elif scenario == "stop":
         resume = float(os.environ["MPIRING_FAULT_RESUME"])
