@@ -28,7 +28,7 @@ from .launch import warn_if_singleton
 from .ops import Op
 from .timeouts import TimeoutPolicy
 
-__version__ = "0.1.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
+__version__ = "0.2.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 __all__ = [
     "Algorithm",
     "Communicator",

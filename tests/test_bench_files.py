@@ -1,6 +1,9 @@
-"""Results that survive: the CSV grows row by row (flushed), the JSON is written at the end or
-at an interrupt (Ctrl-C, SIGTERM) and is valid JSON then, a partial CSV re-plots, missing
-plotting dependencies stop the run before the sweep, and the default output directory."""
+"""Results that survive: the CSV and the JSON Lines file grow row by row (synced), the JSON is
+whole at every instant (written at the start, as rows complete, at the end and at an interrupt),
+every row names the code that measured it, an interrupt stops the sweep between two points
+(Ctrl-C, SIGTERM), a partial CSV re-plots, missing plotting dependencies stop the run before the
+sweep, and the default output directory. tests/faults/test_bench_interrupt.py interrupts real
+mpiexec jobs."""
 
 from __future__ import annotations
 
@@ -17,9 +20,9 @@ from mpi4py import MPI
 
 from mpiring.bench import files, plot, runner
 from mpiring.bench.cli import parse_args
-from mpiring.bench.command import Interrupted, InterruptGuard, interrupt_status
+from mpiring.bench.command import InterruptGuard, interrupt_status
 from mpiring.bench.measure import Outcome
-from mpiring.bench.results import FIELDS, Row, read_csv_counted
+from mpiring.bench.results import FIELDS, Row, read_csv_counted, read_jsonl
 from mpiring.bench.stats import Stats
 
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
@@ -43,7 +46,11 @@ def test_csv_rows_are_on_disk_as_soon_as_added(tmp_path):
     rows, dropped = read_csv_counted(out.csv_path)
     assert [(r.size_bytes, r.status, r.wrong) for r in rows] == [(1024, "ok", 0),
                                                                  (2048, "fail", 7)]
-    assert dropped == 0 and not out.json_path.exists()
+    assert dropped == 0
+    rows, dropped = read_jsonl(out.jsonl_path)
+    assert [(r.size_bytes, r.status, r.wrong) for r in rows] == [(1024, "ok", 0),
+                                                                 (2048, "fail", 7)]
+    assert dropped == 0
     path = out.finish(elapsed_s=1.5)
     doc = json.loads(path.read_text())
     assert doc["metadata"]["complete"] is True and doc["metadata"]["interrupted"] is None
@@ -61,6 +68,58 @@ def test_an_interrupted_json_says_so_and_is_replaced_whole(tmp_path):
     assert doc["metadata"]["complete"] is False and doc["metadata"]["interrupted"] == "SIGTERM"
     assert not list(tmp_path.glob("*.tmp"))
     out.close()
+
+
+def test_the_json_is_whole_from_the_start_and_follows_the_rows(tmp_path, monkeypatch):
+    out = files.ResultFiles(tmp_path / "run", {"hostname": "h"})
+    out.open()  # before any point: a valid JSON, not yet complete, nothing interrupted
+    doc = json.loads(out.json_path.read_text())
+    assert doc["results"] == [] and doc["metadata"]["complete"] is False
+    assert doc["metadata"]["interrupted"] is None and doc["fields"] == FIELDS
+    monkeypatch.setattr(files, "JSON_EVERY_S", 0.0)  # rewritten after every row
+    out.add(row(1024))
+    out.add(row(2048))
+    doc = json.loads(out.json_path.read_text())
+    assert [r["size_bytes"] for r in doc["results"]] == [1024, 2048]
+    assert doc["metadata"]["rows_written"] == 2 and doc["metadata"]["complete"] is False
+    monkeypatch.setattr(files, "JSON_EVERY_S", 3600.0)  # not again within the hour
+    out.add(row(4096))
+    assert len(json.loads(out.json_path.read_text())["results"]) == 2
+    out.finish(interrupted="SIGINT")  # a signal: named, and kept by the rewrites after it
+    monkeypatch.setattr(files, "JSON_EVERY_S", 0.0)
+    out.add(row(8192))
+    meta = json.loads(out.json_path.read_text())["metadata"]
+    assert (meta["interrupted"], meta["complete"], meta["rows_written"]) == ("SIGINT", False, 4)
+    assert not list(tmp_path.glob("*.tmp"))
+    out.close()
+
+
+def test_every_row_in_every_file_names_the_code_that_measured_it(tmp_path):
+    out = files.ResultFiles(tmp_path / "run", {"mpiring": "9.9.9", "commit": "abc-dirty"})
+    out.open()
+    given = row(1024)
+    out.add(given)
+    out.finish()
+    out.close()
+    assert given.commit == ""  # the caller's row is not changed
+    (from_csv,), _ = read_csv_counted(out.csv_path)
+    (from_jsonl,), _ = read_jsonl(out.jsonl_path)
+    doc = json.loads(out.json_path.read_text())
+    for r in (from_csv, from_jsonl, Row(**doc["results"][0])):
+        assert (r.mpiring, r.commit) == ("9.9.9", "abc-dirty")
+    assert (doc["metadata"]["mpiring"], doc["metadata"]["commit"]) == ("9.9.9", "abc-dirty")
+
+
+def test_a_jsonl_cut_in_the_middle_of_a_line_reads_its_complete_rows(tmp_path):
+    out = files.ResultFiles(tmp_path / "run", {})
+    out.open()
+    for size in (1024, 2048, 4096):
+        out.add(row(size))
+    out.close()
+    text = out.jsonl_path.read_text()
+    out.jsonl_path.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 40])  # half a line
+    rows, dropped = read_jsonl(out.jsonl_path)
+    assert [r.size_bytes for r in rows] == [1024, 2048] and dropped == 1
 
 
 def test_a_csv_cut_in_the_middle_of_a_row_reads_its_complete_rows(tmp_path):
@@ -123,24 +182,65 @@ def test_default_output_directory_is_not_the_repository_results():
     assert parse_args(["--output-dir", "results"]).output_dir == "results"
 
 
-def test_interrupt_guard_turns_sigterm_into_an_exception_and_calls_back():
-    seen: list[str] = []
-    with pytest.raises(Interrupted) as exc, InterruptGuard(seen.append):
-        os.kill(os.getpid(), signal.SIGTERM)
-        for _ in range(200):  # the handler runs between bytecodes
-            time.sleep(0.01)
-    assert exc.value.signum == signal.SIGTERM and interrupt_status(exc.value) == 143
-    for _ in range(100):  # the watcher thread's call
-        if seen:
-            break
+def _wait_for(condition, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert seen == ["SIGTERM"]
+
+
+@serial
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_the_interrupt_guard_notes_a_signal_and_calls_back_at_once(sig):
+    seen: list[str] = []
+    with InterruptGuard(seen.append) as guard:
+        os.kill(os.getpid(), sig)  # raises nothing: the run stops where it asks
+        _wait_for(lambda: bool(seen))
+        assert guard.pending == signal.Signals(sig).name
+        assert guard.agreed(MPI.COMM_WORLD) == signal.Signals(sig).name
+    assert seen == [signal.Signals(sig).name]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert interrupt_status(signal.Signals(sig).name) == 128 + sig
     assert interrupt_status(KeyboardInterrupt()) == 130
 
 
+@serial
+def test_a_run_that_does_not_stop_within_the_grace_period_is_ended():
+    overdue: list[tuple[str, str]] = []
+    with InterruptGuard(lambda name: None, lambda name, why: overdue.append((name, why)),
+                        grace_s=0.2):
+        os.kill(os.getpid(), signal.SIGTERM)
+        _wait_for(lambda: bool(overdue))
+    assert overdue == [("SIGTERM", "the run did not stop within 0.2 s of SIGTERM")]
+
+
+@serial
+def test_a_second_signal_ends_the_run_at_once():
+    overdue: list[tuple[str, str]] = []
+    with InterruptGuard(lambda name: None, lambda name, why: overdue.append((name, why)),
+                        grace_s=60):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+        _wait_for(lambda: bool(overdue))
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)  # called once only
+        time.sleep(0.1)
+    assert overdue == [("SIGINT", "a second signal (SIGINT) arrived")]
+
+
+@serial
+def test_a_guard_left_in_time_ends_nothing():
+    overdue: list[str] = []
+    with InterruptGuard(lambda name: None, lambda name, why: overdue.append(why), grace_s=0.3):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert overdue == []
+
+
 class StopsAfter:
-    """A PointMeasurer stand-in: ``good`` timed points, then the interrupt."""
+    """A PointMeasurer stand-in: ``good`` timed points, then a signal during the next one."""
 
     made: list = []
 
@@ -148,40 +248,37 @@ class StopsAfter:
         StopsAfter.made.append(comm)
 
     def measure(self, point, bufs):
-        if len(StopsAfter.made) > StopsAfter.good:
-            StopsAfter.interrupt()
+        if len(StopsAfter.made) == StopsAfter.good + 1:
+            os.kill(os.getpid(), StopsAfter.signum)  # the point still completes
+            time.sleep(0.05)
         stats = Stats(mean=1e-5, std=0.0, min=1e-5, max=1e-5, median=1e-5)
         return Outcome("ok", "OK", stats=stats, iters=1, warmup=0, reps=1, wrong=0)
 
 
 @serial
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-def test_an_interrupted_sweep_keeps_its_rows(monkeypatch, tmp_path, how):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_stops_between_points_and_keeps_its_rows(monkeypatch, tmp_path, sig):
     from mpiring.bench import __main__ as bench
     from mpiring.bench.report import Reporter
 
-    def interrupt():
-        if how == "SIGINT":
-            raise KeyboardInterrupt
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # the handler raises here
-
-    StopsAfter.made, StopsAfter.good, StopsAfter.interrupt = [], 3, staticmethod(interrupt)
+    StopsAfter.made, StopsAfter.good, StopsAfter.signum = [], 3, sig
     monkeypatch.setattr(runner, "PointMeasurer", StopsAfter)
     opts = parse_args(["--host", "-b", "1K", "-e", "64K", "--output-dir", str(tmp_path),
                        "--progress", "off", "--name", "cut"])
     world = MPI.COMM_WORLD.Dup()
     try:
-        with pytest.raises(KeyboardInterrupt if how == "SIGINT" else Interrupted):
-            bench._run(opts, world, Reporter(True, "off"))
+        assert bench._run(opts, world, Reporter(True, "off")) == 128 + sig
     finally:
-        StopsAfter.made[0].close()
         world.Free()
+    assert len(StopsAfter.made) == 4  # no point after the one the signal came in
     (csv_path,) = tmp_path.glob("cut_*.csv")
     with csv_path.open() as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"ok"}
     doc = json.loads(Path(str(csv_path).removesuffix(".csv") + ".json").read_text())
-    assert doc["metadata"]["complete"] is False and doc["metadata"]["interrupted"] == how
-    assert len(doc["results"]) == 3 and doc["metadata"]["rows_written"] == 3
+    name = signal.Signals(sig).name
+    assert doc["metadata"]["complete"] is False and doc["metadata"]["interrupted"] == name
+    assert len(doc["results"]) == 4 and doc["metadata"]["rows_written"] == 4
+    assert len(read_jsonl(csv_path.with_suffix(".jsonl"))[0]) == 4
     assert not list(tmp_path.glob("*.png"))  # figures come only with a finished run
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

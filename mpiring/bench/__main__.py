@@ -1,5 +1,7 @@
 """``mpiexec -n 4 python -m mpiring.bench`` (or ``mpiring-bench``): parse the options, check
 what the run needs, run the sweep writing each row as it completes, then the JSON and figures.
+Ctrl-C or SIGTERM stops the run between two points on every rank (:mod:`.command`), the files
+marked incomplete.
 
 Run ``python -m mpiring.bench --help`` for the options.
 """
@@ -65,8 +67,10 @@ def _open_files(opts: Any, sw: Any, meta: dict[str, Any], stamp: str) -> Any:
 
 
 def _run(opts: Any, world: Any, reporter: Any) -> int:
+    from mpi4py import MPI
+
     from . import metadata, runner, summary
-    from .command import Interrupted, InterruptGuard, exit_status
+    from .command import InterruptGuard, interrupt_status
 
     sw = runner.setup(opts, world, reporter)
     # No try/finally around close(): it is collective, and after an exception on one rank the
@@ -77,6 +81,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     meta["benchmark"] = ",".join(sw.collectives)
     meta["baseline"] = sw.baseline  # the row every speed-up is against ("" for none)
     meta["sm_budget"] = sw.comm.sm_budget  # SMs mpiring's kernels may hold (None: no budget)
+    meta["noisy_rule"] = summary.NOISY_RULE
     if sw.peers is not None:
         meta["peers"] = {n: sw.peers.notes.get(n) or f"skipped: {sw.skipped.get(n, '?')}"
                          for n in sw.algos if n in sw.peers.notes or n in sw.skipped}
@@ -89,36 +94,72 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     sw.sink = files.add if files is not None else None
     reporter.banner(f"mpiring {', '.join(sw.collectives)} benchmark",
                     summary.banner_lines(sw, meta), sw.note)
+    if meta.get("oversubscribed"):
+        reporter.note(summary.oversubscribed_note(meta), style="bold yellow")
     started = time.perf_counter()
 
-    def save(signal_name: str) -> None:  # the watcher thread, as soon as a signal arrives
-        if files is not None:
-            files.finish(interrupted=signal_name,
-                         elapsed_s=round(time.perf_counter() - started, 3))
+    def elapsed_s() -> float:
+        return round(time.perf_counter() - started, 3)
 
-    try:
-        with InterruptGuard(save):
-            rows = runner.run_sweep(sw)
-    except (KeyboardInterrupt, Interrupted) as err:
-        reporter.stop()
-        name = "SIGTERM" if isinstance(err, Interrupted) else "SIGINT"
+    def on_signal(name: str) -> None:  # the watcher thread, as soon as a signal arrives
         if files is not None:
-            save(name)
-            files.close()
-            reporter.note(f"interrupted by {name} after {len(files.rows)} rows: they are in "
-                          f"{files.csv_path} and {files.json_path} (marked incomplete)",
-                          style="bold yellow")
-        raise
-    elapsed = time.perf_counter() - started
-    sw.close()
+            files.finish(interrupted=name, elapsed_s=elapsed_s())
+            sys.stderr.write(f"mpiring.bench: {name}: stopping before the next point; the rows "
+                             f"so far are in {files.json_path} (again: end the job at once)\n")
+            sys.stderr.flush()
 
+    def on_overdue(name: str, why: str) -> None:  # the watcher thread: end the job
+        if files is not None:
+            files.finish(interrupted=name, elapsed_s=elapsed_s())
+        else:
+            time.sleep(2.0)  # rank 0 aborts first, its files saved
+        sys.stderr.write(f"mpiring.bench: rank {world.rank}: {name}: {why}: ending the job "
+                         "(MPI_Abort)\n")
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(interrupt_status(name))
+
+    guard = InterruptGuard(on_signal, on_overdue)
+    sw.stop = lambda: guard.agreed(world)
+    with guard:  # from here a signal stops the run between two points, on every rank
+        runner.run_sweep(sw)  # the rows are in sw.rows
+        elapsed = time.perf_counter() - started
+        sw.close()
+        if sw.stopped:
+            return _stopped(sw, files, reporter, elapsed)
+        return _finish(opts, sw, meta, files, reporter, elapsed)
+
+
+def _stopped(sw: Any, files: Any, reporter: Any, elapsed: float) -> int:
+    """The end of a run a signal stopped: the files marked incomplete, the summary of the rows
+    so far; 128 + the signal's number."""
+    from . import summary
+    from .command import interrupt_status
+
+    if files is not None:
+        files.finish(interrupted=sw.stopped, elapsed_s=round(elapsed, 3))
+        files.close()
+    for line in summary.summary_lines(sw.rows, sw.baseline):
+        reporter.print(f"# {line}", markup=False)
+    where = "" if files is None else ": they are in " + ", ".join(map(str, files.paths))
+    reporter.note(f"interrupted by {sw.stopped} after {len(sw.rows)} rows in {elapsed:.1f} s"
+                  f"{where} (marked incomplete; no figures)", style="bold yellow")
+    return interrupt_status(sw.stopped)
+
+
+def _finish(opts: Any, sw: Any, meta: dict[str, Any], files: Any, reporter: Any,
+            elapsed: float) -> int:
+    """The end of a complete run: rank 0 writes the JSON and the figures, the others wait so
+    the run ends when the files exist; the summary; the exit status."""
+    from . import summary
+    from .command import exit_status
+
+    rows = sw.rows
     status = exit_status(rows)
-    # Rank 0 writes; the others wait so the run ends when the files exist.
     written: list[Path] = []
     problem = ""
     if files is not None:
         try:
-            written.append(files.csv_path)
+            written += [files.csv_path, files.jsonl_path]
             written.append(files.finish(elapsed_s=round(elapsed, 3)))
             files.close()
             if opts.plot:
@@ -127,7 +168,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
                 written += plot_results(rows, meta, files.base)
         except Exception as err:  # noqa: BLE001 - report, keep the exit status meaningful
             problem = f"could not write results: {type(err).__name__}: {err}"
-    problem = world.bcast(problem, root=0)
+    problem = sw.world.bcast(problem, root=0)
 
     for line in summary.summary_lines(rows, sw.baseline):
         reporter.print(f"# {line}", markup=False)

@@ -4,10 +4,15 @@ status 3, anything else on one rank aborting the job (the others may wait in a c
 would never return), and an interrupt (Ctrl-C, or SIGTERM as Slurm sends at a time limit)
 ending it with 128 + the signal's number once the results so far are saved.
 
-:class:`InterruptGuard` turns SIGTERM into an exception like Ctrl-C's, and calls a function as
-soon as either signal arrives, from a thread of its own: the main thread may be blocked in an
-MPI call waiting for a rank that already stopped, and mpi4py releases the GIL there, so the
-results are saved all the same.
+:class:`InterruptGuard` stops a run cleanly: while it is active, SIGINT and SIGTERM raise
+nothing. The first one is noted, and a function runs at once in a thread of its own (the
+bench saves its files there: the main thread may be blocked in an MPI call waiting for a rank
+that already stopped). The ranks stop together at the next point where the run asks
+:meth:`InterruptGuard.agreed` (one small allreduce: every rank stops at the same place, so
+none is left waiting in a collective), and end normally: no ``MPI_Abort``, which would kill
+rank 0 before it writes and leave MPICH's shared-memory segments in ``/dev/shm``. Only a run
+that does not get there within the grace period (a hung rank), or a second signal, ends the
+job with ``MPI_Abort``: rank 0 first (its files saved), the others a moment later.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from types import FrameType, TracebackType
@@ -28,38 +34,73 @@ from ..launch import warn_if_singleton
 from .report import Reporter
 from .results import Row
 
+STOP_GRACE_S = 20.0  # after a signal, how long the run has to reach its next stop check
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class BenchError(Exception):
     """A problem every rank sees alike: the run stops cleanly (exit status 3)."""
 
 
 class Interrupted(BaseException):
-    """SIGTERM arrived (Ctrl-C raises ``KeyboardInterrupt``): stop where the run is."""
+    """A signal (SIGTERM; Ctrl-C raises ``KeyboardInterrupt``) outside an active
+    :class:`InterruptGuard`: stop where the run is."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
 
 
-def interrupt_status(err: BaseException) -> int:
-    """The exit status of an interrupted run: 128 + the signal's number (130 for Ctrl-C)."""
+def signal_name(err: BaseException) -> str:
+    """The signal behind an interrupt: SIGINT for ``KeyboardInterrupt``."""
+    return signal.Signals(err.signum).name if isinstance(err, Interrupted) else "SIGINT"
+
+
+def interrupt_status(err: BaseException | str) -> int:
+    """The exit status of an interrupted run: 128 + the signal's number (130 for Ctrl-C);
+    ``err`` is the interrupt, or the signal's name."""
+    if isinstance(err, str):
+        return 128 + int(signal.Signals[err])
     return 128 + (err.signum if isinstance(err, Interrupted) else int(signal.SIGINT))
 
 
+# What the guard calls: on_signal(name) at the first signal; on_overdue(name, why) when the run
+# has not stopped within the grace period, or a second signal came.
+OnSignal = Callable[[str], None]
+OnOverdue = Callable[[str, str], None]
+
+
 class InterruptGuard:
-    """While active: SIGTERM raises :class:`Interrupted` in the main thread (as SIGINT raises
-    ``KeyboardInterrupt``), and ``on_signal(name)`` runs in a helper thread the moment
-    either signal arrives, even while the main thread waits inside MPI.
+    """While active: SIGINT and SIGTERM raise nothing; the first is noted (:attr:`pending`) and
+    ``on_signal(name)`` runs in a helper thread the moment it arrives, even while the main
+    thread waits inside MPI. The run asks :meth:`agreed` (collective) where it can stop. If it
+    has not left the guard ``grace_s`` seconds after that signal, or another one arrives,
+    ``on_overdue(name, why)`` runs in the helper thread (once).
 
     Only the main thread can install signal handlers; elsewhere the guard does nothing."""
 
-    def __init__(self, on_signal: Callable[[str], None]) -> None:
+    def __init__(self, on_signal: OnSignal, on_overdue: OnOverdue | None = None,
+                 grace_s: float = STOP_GRACE_S) -> None:
         self.on_signal = on_signal
+        self.on_overdue = on_overdue
+        self.grace_s = grace_s
+        self.signum = 0  # the first signal that arrived (0: none)
         self._active = False
-        self._old_term: Any = None
+        self._old: dict[int, Any] = {}
         self._old_wakeup = -1
         self._pair: tuple[socket.socket, socket.socket] | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def pending(self) -> str:
+        """The name of the first signal that arrived on this rank ("" for none)."""
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    def agreed(self, world: Any) -> str:
+        """Collective over ``world``: the signal any rank has received ("" for none; SIGTERM
+        over SIGINT), so that every rank stops at the same point."""
+        signum = int(world.allreduce(self.signum, op=MPI.MAX))
+        return signal.Signals(signum).name if signum else ""
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
@@ -67,12 +108,12 @@ class InterruptGuard:
         reader, writer = socket.socketpair()
         writer.setblocking(False)
         self._pair = (reader, writer)
-        self._old_term = signal.signal(signal.SIGTERM, self._raise)
+        self._old = {int(s): signal.signal(s, self._note) for s in SIGNALS}
         self._old_wakeup = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         self._thread = threading.Thread(target=self._watch, name="mpiring-bench-signals",
                                         daemon=True)
-        self._thread.start()
         self._active = True
+        self._thread.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
@@ -81,7 +122,8 @@ class InterruptGuard:
             return
         self._active = False
         signal.set_wakeup_fd(self._old_wakeup)
-        signal.signal(signal.SIGTERM, self._old_term)
+        for signum, old in self._old.items():
+            signal.signal(signum, old)
         reader, writer = self._pair
         with contextlib.suppress(OSError):
             writer.shutdown(socket.SHUT_RDWR)  # wakes the thread's recv with b""
@@ -90,24 +132,43 @@ class InterruptGuard:
             self._thread.join(timeout=5)
         reader.close()
 
-    @staticmethod
-    def _raise(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(signum)
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        """The handler in the main thread: remember the first signal (the helper thread,
+        woken through the wakeup fd, does the rest)."""
+        self.signum = self.signum or signum
 
     def _watch(self) -> None:
         assert self._pair is not None
         reader = self._pair[0]
+        first, deadline, overdue = "", None, False
         while True:
+            reader.settimeout(None if deadline is None else max(1e-3, deadline - time.monotonic()))
             try:
                 data = reader.recv(64)
+            except TimeoutError:
+                data = None
             except OSError:
                 return
-            if not data:
+            if data == b"":  # the guard is leaving
                 return
-            for signum in data:
-                if signum in (signal.SIGINT, signal.SIGTERM):
+            why = ""
+            if data is None:  # the grace period is over
+                deadline = None
+                why = f"the run did not stop within {self.grace_s:g} s of {first}"
+            for signum in data or b"":
+                if signum not in SIGNALS:
+                    continue
+                name = signal.Signals(signum).name
+                if not first:
+                    first, deadline = name, time.monotonic() + self.grace_s
                     with contextlib.suppress(Exception):  # never kill the watcher
-                        self.on_signal(signal.Signals(signum).name)
+                        self.on_signal(name)
+                else:
+                    why = f"a second signal ({name}) arrived"
+            if why and not overdue and self.on_overdue is not None and self._active:
+                overdue = True
+                with contextlib.suppress(Exception):
+                    self.on_overdue(first, why)
 
 
 def run_collectively(prog: str, world: Any, reporter: Reporter, body: Callable[[], int]) -> int:
@@ -125,7 +186,7 @@ def run_collectively(prog: str, world: Any, reporter: Reporter, body: Callable[[
     except (KeyboardInterrupt, Interrupted) as err:
         reporter.stop()
         status = interrupt_status(err)
-        sys.stderr.write(f"{prog}: rank {world.rank}: {err or 'interrupted by SIGINT'}, "
+        sys.stderr.write(f"{prog}: rank {world.rank}: interrupted by {signal_name(err)}, "
                          "ending the job\n")
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(status)  # peers may wait in a collective: end them too

@@ -1,7 +1,9 @@
-"""The metadata block of a run: machine, software versions, command line, settings, and
-what every rank runs on (host, process, GPU index, name and PCI bus id, MPI library), which
-the banner prints one line per rank as nccl-tests does: a rank on the wrong GPU, or one that
-loaded another MPI library, shows there.
+"""The metadata block of a run: machine, software versions, the code that measured (mpiring's
+version and commit: :func:`provenance`), command line, settings, and what every rank runs on
+(host, process, GPU index, name and PCI bus id, MPI library, CPUs it may run on), which the
+banner prints one line per rank as nccl-tests does: a rank on the wrong GPU, or one that
+loaded another MPI library, shows there; so do more ranks on a host than it has CPUs
+(:func:`cpu_load`), where timings swing from run to run.
 
 :func:`collect` is collective (every rank reports itself); the rest is local.
 """
@@ -9,17 +11,127 @@ loaded another MPI library, shows there.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import math
 import os
 import platform
 import shlex
 import socket
+import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 ENV_PREFIXES = ("NCCL_", "MPIRING_", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_", "MPICH_", "OMPI_MCA",
                 "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_GPUS")
+COMMIT_ENV = "MPIRING_COMMIT"  # the commit of an installed copy that is not a git checkout
+UNKNOWN = "unknown"
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2 CPU quota: "<quota> <period>" or "max ..."
+
+
+def _git(checkout: Path, *args: str) -> str | None:
+    """``git -C checkout args`` 's output, stripped; None where git is missing or fails."""
+    try:
+        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def source_commit(package: Path | None = None, environ: Any = None) -> str:
+    """The commit of the mpiring code that runs: ``git rev-parse HEAD`` of the checkout this
+    package was imported from, with ``-dirty`` where tracked files differ from it; for a copy
+    that is no checkout of mpiring (an installed wheel), ``$MPIRING_COMMIT``, else
+    ``"unknown"``. ``package`` is the ``mpiring`` package directory (default: this one).
+
+    The package is the checkout's only where git tracks its ``__init__.py`` there: a wheel
+    installed into a virtualenv inside some other repository does not take that one's commit.
+    """
+    env = os.environ if environ is None else environ
+    package = Path(__file__).resolve().parents[1] if package is None else package.resolve()
+    top = _git(package, "rev-parse", "--show-toplevel")
+    if top:
+        root = Path(top).resolve()
+        try:
+            init = (package / "__init__.py").relative_to(root)
+        except ValueError:  # git answered for another tree (a symlinked package)
+            init = None
+        head = _git(root, "rev-parse", "HEAD") if init is not None and \
+            _git(root, "ls-files", "--error-unmatch", str(init)) is not None else None
+        if head:
+            dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+            return head + ("-dirty" if dirty else "")
+    return str(env.get(COMMIT_ENV) or "").strip() or UNKNOWN
+
+
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict[str, str]:
+    """The code that measured, for every result file and the banner: ``{"mpiring": version,
+    "commit": commit}`` (:func:`source_commit`; looked up once per process)."""
+    import mpiring
+
+    return {"mpiring": str(mpiring.__version__), "commit": source_commit()}
+
+
+def short_commit(commit: str) -> str:
+    """A commit as the banner shows it: 12 hex digits, the ``-dirty`` mark kept."""
+    head, dirty, _ = commit.partition("-dirty")
+    return (head[:12] if len(head) == 40 else head) + ("-dirty" if dirty else "")
+
+
+def cpu_quota(path: Path = CPU_MAX) -> int | None:
+    """The CPUs a cgroup v2 quota allows this process (rounded up), None without a quota."""
+    try:
+        quota, period = path.read_text().split()[:2]
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):  # no file, "max" (no quota), or something else
+        return None
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity; all CPUs where that cannot be read)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def cpu_load(ranks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per host: its ranks and the CPUs they may run on together (the union of their
+    affinities, capped by a cgroup quota), and whether ranks outnumber those CPUs
+    (``oversubscribed``): ranks then take turns on cores, and a rank that waits for a peer
+    which is not running waits a scheduler slice, so times swing from run to run."""
+    hosts: dict[str, dict[str, Any]] = {}
+    for info in ranks:
+        host = str(info.get("host", "?")).split(".")[0]
+        entry = hosts.setdefault(host, {"ranks": 0, "cpu_ids": set(), "quota": None})
+        entry["ranks"] += 1
+        entry["cpu_ids"].update(info.get("cpu_ids") or ())
+        if info.get("cpu_quota"):
+            entry["quota"] = min(entry["quota"] or info["cpu_quota"], info["cpu_quota"])
+    out = {}
+    for host, entry in hosts.items():
+        cpus = len(entry["cpu_ids"]) or 1
+        if entry["quota"]:
+            cpus = min(cpus, entry["quota"])
+        out[host] = {"ranks": entry["ranks"], "cpus": cpus,
+                     "oversubscribed": entry["ranks"] > cpus}
+    return out
+
+
+def cpu_line(load: dict[str, dict[str, Any]]) -> str:
+    """The banner's line on ranks and CPUs per host, with a warning where ranks outnumber
+    CPUs."""
+    parts = [f"{h}: {v['ranks']} rank{'s' if v['ranks'] != 1 else ''} on {v['cpus']} "
+             f"CPU{'s' if v['cpus'] != 1 else ''}" for h, v in load.items()]
+    over = [h for h, v in load.items() if v["oversubscribed"]]
+    if not over:
+        return "; ".join(parts)
+    return ("; ".join(parts) + f": MORE RANKS THAN CPUs on {', '.join(over)}: ranks take turns on "
+            "cores, so times swing from run to run (rows marked ~); run at most one rank per CPU")
 
 
 def _version(module: str) -> str | None:
@@ -99,9 +211,11 @@ def mpi_versions() -> dict[str, Any]:
 
 
 def this_rank(gpu: bool) -> dict[str, Any]:
-    """Where this rank runs: host, process id, GPU (with ``gpu``) and MPI library."""
+    """Where this rank runs: host, process id, GPU (with ``gpu``), MPI library, the CPUs it
+    may run on (``cpu_ids``; ``cpu_quota``: a cgroup's cap, or None)."""
     return {"host": socket.gethostname(), "pid": os.getpid(),
-            "gpu": gpu_of_this_rank() if gpu else None, "mpi_library": mpi_library()}
+            "gpu": gpu_of_this_rank() if gpu else None, "mpi_library": mpi_library(),
+            "cpu_ids": usable_cpus(), "cpu_quota": cpu_quota()}
 
 
 def pci_address(bus_id: str) -> str:
@@ -139,8 +253,10 @@ def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
     ranks = world.allgather(this_rank(mode == "gpu"))
     gpus = [r["gpu"] for r in ranks]
     hosts = [r["host"] for r in ranks]
-    import mpiring
-
+    load = cpu_load(ranks)
+    for info in ranks:  # the count, not every CPU's number, goes into the file
+        info["cpus"] = len(info.pop("cpu_ids", None) or ()) or None
+    code = world.bcast(provenance() if world.rank == 0 else None, root=0)  # rank 0's checkout
     meta: dict[str, Any] = {
         "benchmark": "allreduce",
         "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -155,7 +271,10 @@ def collect(world: Any, *, mode: str, space: str, settings: dict[str, Any],
         "gpu_names": sorted({g["name"] for g in gpus if g}) if mode == "gpu" else [],
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "mpiring": getattr(mpiring, "__version__", None),
+        "mpiring": code["mpiring"],
+        "commit": code["commit"],
+        "cpus": load,
+        "oversubscribed": sorted(h for h, v in load.items() if v["oversubscribed"]),
         "numpy": np.__version__,
         **mpi_versions(),
         **cuda_versions(),

@@ -62,6 +62,13 @@ def fmt_time(us: float | None) -> str:
     return f"{us:.0f}"
 
 
+def time_cell(row: Row) -> str:
+    """The table's time: the median, marked ``~`` where the repetitions spread too far for it
+    to repeat (``row.noisy``)."""
+    text = fmt_time(row.time_us)
+    return "~" + text if row.noisy and text != "-" else text
+
+
 def fmt_bw(gbs: float | None) -> str:
     return "-" if gbs is None or not math.isfinite(gbs) else f"{gbs:.2f}"
 
@@ -159,7 +166,7 @@ def columns(baseline: str, overlap: Sequence[str] = ()) -> list[Column]:
         ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
                                  else f"auto:{r.batches_used}"),
         ("place", 5, lambda r: r.placement),
-        ("time\n(us)", 9, lambda r: fmt_time(r.time_us)),
+        ("time\n(us)", 9, time_cell),
         ("min\n(us)", 9, lambda r: fmt_time(r.min_us)),
         ("max\n(us)", 9, lambda r: fmt_time(r.max_us)),
         ("std\n(us)", 8, lambda r: fmt_time(r.std_us)),

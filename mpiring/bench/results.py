@@ -1,5 +1,10 @@
-"""Result rows and their files: CSV (one row per algo x size x batches x placement) and JSON
-(the same rows plus a metadata block). Pure code apart from file I/O.
+"""Result rows and their files: CSV (one row per algo x size x batches x placement), JSON Lines
+(the same rows, one JSON object a line) and JSON (the same rows plus a metadata block). Pure
+code apart from file I/O.
+
+Every row names the code that measured it (``mpiring``: the version, ``commit``: see
+:func:`mpiring.bench.metadata.source_commit`) and says whether its repetitions spread too far
+for its median to repeat (``noisy``: :func:`spread_is_wide`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ class Row:
     from one start until both streams are done (microseconds, totals, not per call);
     ``overlap_eff`` = (t_gemm + t_ar - t_both) / min(t_gemm, t_ar). ``ar_sms``: the SMs the
     allreduce holds (empty: all it wants, or unknown), ``ar_sms_source`` says which and why.
+
+    ``noisy``: the slowest repetition took more than :data:`SPREAD_LIMIT` times the fastest
+    (``max_us / min_us``; None where not timed), so the median may not repeat: the table marks
+    its time with ``~``. ``mpiring`` and ``commit``: the code that measured the row (set when it
+    is written to the run's files; empty in rows read from older files).
     """
 
     size_bytes: int
@@ -81,7 +91,10 @@ class Row:
     train_eff: float | None = None
     ar_sms: int | None = None  # SMs the allreduce holds (None: all it wants, or unknown)
     ar_sms_source: str = ""  # where ar_sms comes from (mpiring.bench.overlap.sm_hold)
-    note: str = ""
+    noisy: bool | None = None  # max_us / min_us > SPREAD_LIMIT: the median may not repeat
+    mpiring: str = ""  # the version of mpiring that measured the row
+    commit: str = ""  # its commit (metadata.source_commit): "<sha>[-dirty]", or "unknown"
+    note: str = ""  # the last column: free text
 
     @property
     def timed(self) -> bool:
@@ -106,7 +119,20 @@ MAKESPAN_COLUMNS = {
                              "train_t_both_us", "train_eff"),
 }
 
+SPREAD_LIMIT = 2.0  # noisy: the slowest repetition took more than this many times the fastest
+
+
+def spread_is_wide(row: Row, limit: float = SPREAD_LIMIT) -> bool | None:
+    """Whether ``row``'s repetitions spread too far for its median to mean much: the slowest
+    (``max_us``) took more than ``limit`` times the fastest (``min_us``). None for a row
+    without both times (not timed)."""
+    if row.min_us is None or row.max_us is None or not row.min_us > 0:
+        return None
+    return bool(row.max_us > limit * row.min_us)
+
+
 FIELDS = [f.name for f in fields(Row)]
+_BOOL_FIELDS = {"noisy"}
 _INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
                "batches_used", "wrong", "ar_sms",
                *(c for cols in MAKESPAN_COLUMNS.values() for c in (cols.gemms, cols.calls))}
@@ -129,6 +155,8 @@ def row_dict(row: Row) -> dict[str, Any]:
 
 
 def _parse(name: str, text: str) -> Any:
+    if name in _BOOL_FIELDS:
+        return {"True": True, "False": False, "": None}[text]
     if name in _INT_FIELDS:
         return int(text) if text != "" else None
     if name in _FLOAT_FIELDS:
@@ -184,7 +212,7 @@ def read_csv_counted(path: str | Path) -> tuple[list[Row], int]:
             try:
                 known = {k: _parse(k, v) for k, v in rec.items() if k in FIELDS}
                 rows.append(Row(**known))
-            except (TypeError, ValueError):  # a number cut in the middle, a missing field
+            except (TypeError, ValueError, KeyError):  # a number cut in the middle, a missing field
                 dropped += 1
     return rows, dropped
 
@@ -194,6 +222,27 @@ def write_json(path: str | Path, rows: list[Row], metadata: dict[str, Any]) -> P
     doc = {"metadata": metadata, "fields": FIELDS, "results": [row_dict(r) for r in rows]}
     path.write_text(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
     return path
+
+
+def jsonl_line(row: Row) -> str:
+    """``row`` as one line of a JSON Lines file (non-finite numbers as null), newline included."""
+    return json.dumps(row_dict(row), allow_nan=False, default=str) + "\n"
+
+
+def read_jsonl(path: str | Path) -> tuple[list[Row], int]:
+    """The rows of an mpiring.bench JSON Lines file, and how many lines were dropped: a run
+    killed while writing may leave a last line cut short, and every complete line before it
+    is a row. Keys this version does not know are ignored."""
+    rows, dropped = [], 0
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            rows.append(Row(**{k: v for k, v in rec.items() if k in FIELDS}))
+        except (ValueError, TypeError):  # a cut line, or one without a required field
+            dropped += 1
+    return rows, dropped
 
 
 def read_json(path: str | Path) -> tuple[list[Row], dict[str, Any]]:

@@ -3,7 +3,12 @@ algorithm, so each of its tables streams), the rows.
 
 Collective from end to end; every rank builds the same rows (they come from agreed
 outcomes), and only rank 0 prints and writes files. Every row goes to ``Sweep.add``, which
-hands it to the run's sink (rank 0's CSV, appended as each point completes).
+marks a row whose repetitions spread too far (``noisy``) and hands it to the run's sink (rank
+0's files, appended as each point completes).
+
+Before every point the sweep asks ``Sweep.stop`` (when set; collective) whether to stop: an
+interrupt then ends it between two points on every rank alike (``Sweep.stopped`` names the
+signal), so no rank is left in a collective the others have left.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from .mode import ModeError, check_algorithms, choose
 from .peers import is_peer
 from .peers.points import measure_peer, start_peers
 from .report import Reporter
-from .results import Row
+from .results import Row, spread_is_wide
 from .rowmaker import make_row, reason, speedup
 from .sizes import format_size, sweep
 from .summary import in_graph
@@ -79,6 +84,9 @@ class Sweep:
     nodes: int = 1  # nodes the communicator spans
     peers: Any = None  # a peers.runtime.PeerSet when the sweep holds peers
     skipped: dict[str, str] = field(default_factory=dict)  # peers that cannot run here -> why
+    # Collective, asked before every point: the signal to stop for ("" to go on); None: never.
+    stop: Callable[[], str] | None = None
+    stopped: str = ""  # the signal the sweep stopped for ("" while it runs, or once complete)
 
     def close(self) -> None:
         """Collective: the overlap's GEMM gate, the peers, then the communicator."""
@@ -93,10 +101,19 @@ class Sweep:
         return int(self.world.rank)
 
     def add(self, row: Row) -> None:
-        """Record ``row``, and hand it to the sink at once."""
+        """Record ``row`` (marked ``noisy`` where its repetitions spread too far), and hand it
+        to the sink at once."""
+        row.noisy = spread_is_wide(row)
         self.rows.append(row)
         if self.sink is not None:
             self.sink(row)
+
+    def should_stop(self) -> bool:
+        """Collective: whether to stop before the next point (``stop`` says so; remembered
+        in ``stopped``)."""
+        if not self.stopped and self.stop is not None:
+            self.stopped = self.stop()
+        return bool(self.stopped)
 
     @property
     def collectives(self) -> list[str]:
@@ -296,7 +313,8 @@ def runs_of(sw: Sweep) -> list[tuple[int, int, list[Point]]]:
 
 
 def run_sweep(sw: Sweep) -> list[Row]:
-    """Collective: measure every point; returns the rows (the same on every rank)."""
+    """Collective: measure every point, or those before ``sw.stop`` said to stop; returns the
+    rows (the same on every rank)."""
     opts, rep = sw.opts, sw.reporter
     policy = TimingPolicy(budget_s=opts.time_budget, reps=opts.reps, max_iters=opts.max_iters,
                           iters=opts.iters, warmup=opts.warmup, average=opts.average)
@@ -304,6 +322,8 @@ def run_sweep(sw: Sweep) -> list[Row]:
     rep.start(sum(len(points) for _, _, points in runs))
     current = ALLREDUCE
     for nbytes, count, points in runs:
+        if sw.should_stop():
+            break
         if points and points[0].collective != current and opts.output_format != "nccl-tests":
             current = points[0].collective
             rep.note(f"{current}: size = the whole buffer, count = elements per rank",
@@ -353,7 +373,9 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
         return
     # Straight-line, no try/finally: the release below is collective, and an unexpected
     # exception on one rank ends the job (see __main__) rather than a collective clean-up.
-    for p in points:
+    for i, p in enumerate(points):
+        if i and sw.should_stop():  # (the sweep asked before the first)
+            break
         if p.algo in sw.unavailable:
             sw.add(make_row(sw, p, Outcome("unavailable", "-", sw.unavailable[p.algo])))
             rep.advance()

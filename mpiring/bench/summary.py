@@ -15,14 +15,17 @@ from .algorithms import AUTO, graph_capturable, is_batched
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
-from .metadata import rank_lines
+from .metadata import cpu_line, rank_lines, short_commit
 from .nccl_names import nccl_type
-from .results import MAKESPAN_COLUMNS, Row
+from .results import MAKESPAN_COLUMNS, SPREAD_LIMIT, Row
 from .sizes import format_size
 
 if TYPE_CHECKING:
     from .runner import Sweep
 
+
+NOISY_RULE = (f"~ (noisy): the slowest repetition took more than {SPREAD_LIMIT:g}x the fastest "
+              "(max_us / min_us), so the median may not repeat from run to run")
 
 REPORTED = {0: "rank 0's median time per iteration (-a 0)",
             1: "median time per iteration, averaged over ranks (-a 1)",
@@ -38,8 +41,10 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
     step = (f"+{format_size(opts.stepbytes)}" if opts.stepbytes
             else f"x{opts.stepfactor or 2:g}")
     lines = [
+        ("code", code_line(meta)),
         ("ranks", f"{sw.world.size} on {', '.join(meta.get('hosts') or [])}"),
         *(("", line) for line in rank_lines(meta.get("ranks") or [])),
+        *((("cpus", cpu_line(meta["cpus"])),) if meta.get("cpus") else ()),
         ("memory", sw.space.describe()),
     ]
     if sw.mode == "gpu":
@@ -73,6 +78,33 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
                                   "T_both) / min(T_gemm, T_ar); slowdown = time beside the other "
                                   "/ time alone (mpiring/bench/overlap.py)"))
     return lines
+
+
+def code_line(meta: dict[str, Any]) -> str:
+    """The code that measures: ``mpiring 0.2.0, commit 1a2b3c4d5e6f-dirty``."""
+    commit = str(meta.get("commit") or "unknown")
+    return f"mpiring {meta.get('mpiring') or '?'}, commit {short_commit(commit)}"
+
+
+def oversubscribed_note(meta: dict[str, Any]) -> str:
+    """The warning above the table where a host runs more ranks than it has CPUs."""
+    load = meta.get("cpus") or {}
+    hosts = [f"{h} runs {v['ranks']} ranks on {v['cpus']} CPUs" for h, v in load.items()
+             if v.get("oversubscribed")]
+    if not hosts:
+        return ""
+    return (f"more ranks than CPUs ({'; '.join(hosts)}): ranks take turns on the cores and times "
+            "swing from run to run; rows whose repetitions disagree are marked ~. Run at most one "
+            "rank per CPU for figures that repeat")
+
+
+def noisy_line(rows: list[Row]) -> str:
+    """How many timed rows are marked ~, and what that means ("" for none)."""
+    timed = [r for r in rows if r.timed]
+    noisy = [r for r in timed if r.noisy]
+    if not noisy:
+        return ""
+    return f"{len(noisy)} of {len(timed)} timed rows marked {NOISY_RULE}"
 
 
 def _baseline_text(sw: Sweep) -> str:
@@ -192,7 +224,8 @@ def summary_lines(rows: list[Row], baseline: str) -> list[str]:
         if errors:
             parts.append(f"{errors} errors")
         lines.append(f"{label}: " + ", ".join(parts))
-    return lines + makespan_lines(rows)
+    noisy = noisy_line(rows)
+    return lines + makespan_lines(rows) + ([noisy] if noisy else [])
 
 
 def _who(row: Row) -> str:

@@ -316,7 +316,8 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
     meta = eager.meta
     run = {"machine": _machine(meta, world.size), "measured": meta["date"], "mode": eager.mode,
            "key": list(eager.key), "sizes": sizes_text(eager.sizes), "candidates": eager.algos,
-           "mpiring": meta.get("mpiring"), "nccl": meta.get("nccl"), "command": meta["command"],
+           "mpiring": meta.get("mpiring"), "commit": meta.get("commit"), "nccl": meta.get("nccl"),
+           "command": meta["command"],
            "sm_budget": opts.bench.sm_budget}  # SMs mpiring's kernels were held to (None: none)
     graph_times: list[Any] = []
     if "graph" in sweeps:
@@ -358,14 +359,30 @@ def _write_and_show(path: Path, table: TuningTable, key: MachineKey, opts: TuneO
         reporter.print(f"#   {line}")
     counts = ", ".join(map(str, sorted(table.tables)))
     if path.resolve() == user_path(key, sm_budget=opts.bench.sm_budget).resolve():
-        reporter.print(f"# wrote {path} (tables for {counts} ranks): auto uses it on this "
-                       f"machine ({key.describe()}) from now on", soft_wrap=True)
-        if os.environ.get(TUNING_FILE):
-            reporter.print(f"# note: {TUNING_FILE}={os.environ[TUNING_FILE]} is set and comes "
-                           "first where it holds a table for this machine", soft_wrap=True)
+        reporter.print(f"# wrote {path} (tables for {counts} ranks): "
+                       f"{use_of(path, key, opts.bench.sm_budget)}", soft_wrap=True)
     else:
         reporter.print(f"# wrote {path} (tables for {counts} ranks); use it with "
                        f"{TUNING_FILE}={path.resolve()}", soft_wrap=True)
+
+
+def use_of(path: Path, key: MachineKey, sm_budget: int | None) -> str:
+    """Whether auto will use the table just written to ``path`` on this machine, asked of the
+    lookup a communicator makes (:func:`mpiring.tuning.find`; ``--show`` prints its answer),
+    so that what the tuner says is what ``--show`` then shows."""
+    from .. import tuning
+
+    if key.ranks == 1:
+        return ("auto will not use it: a communicator of one rank reads no tuning table (it "
+                "has a rule of its own; --show names it). The file records what was measured; "
+                "tune on 2 or more ranks for a table auto uses")
+    try:
+        choice = tuning.find(key, given=tuning.explicit(), sm_budget=sm_budget)
+    except InvalidArgumentError as err:
+        return f"auto cannot use it: {err}"
+    if choice.path is not None and Path(choice.path).resolve() == path.resolve():
+        return f"auto uses it on this machine ({key.describe()}) from now on"
+    return f"auto will not use it here; it uses {choice.describe()}"
 
 
 def _show(opts: TuneOptions, world: Any, reporter: Any) -> int:

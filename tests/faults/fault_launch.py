@@ -81,14 +81,14 @@ def run_scenario(tmp_path: Path, scenario: str, victim: int, *, ranks: int = 3, 
     command = [find_mpiexec()] + ([] if auto_cleanup else ["-disable-auto-cleanup"])
     command += ["-n", str(ranks), sys.executable] + (["-m", "mpi4py"] if abort_on_error else [])
     command += [str(SCRIPT), scenario, str(victim)]
-    shm_before = _shm_files()
+    shm_before = shm_files()
     start = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=child_env, start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
-        _kill(_descendants(proc.pid) | _marked(token) | {proc.pid})
+        end_job(proc.pid, token)
         output, _ = proc.communicate()
         pytest.fail(f"{scenario}: the job hung and was killed after {limit} s\n"
                     f"{Job(-9, output, limit, _records(out_dir)).explain()}", pytrace=False)
@@ -100,7 +100,9 @@ def run_scenario(tmp_path: Path, scenario: str, victim: int, *, ranks: int = 3, 
         time.sleep(0.02)
         left = _marked(token)
     _kill(left)  # e.g. a stopped rank whose mpiexec gave up on it
-    _clean_shm(shm_before)
+    for path in orphaned(shm_files() - shm_before):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
     job = Job(proc.returncode, output, elapsed, _records(out_dir))
     if left:
         pytest.fail(f"{scenario}: processes {sorted(left)} outlived their mpiexec\n{job.explain()}",
@@ -108,17 +110,16 @@ def run_scenario(tmp_path: Path, scenario: str, victim: int, *, ranks: int = 3, 
     return job
 
 
-def _shm_files() -> set[str]:
+def shm_files() -> set[str]:
+    """MPICH's shared-memory segments in /dev/shm now."""
     return {str(p) for p in Path("/dev/shm").glob("mpich_shm_*")} if Path("/dev/shm").is_dir() else set()
 
 
-def _clean_shm(before: set[str]) -> None:
-    """Remove the MPICH shared-memory files the job left (ranks killed before they unlinked
-    them): those that appeared during the job and that no live process holds open or mapped
-    (so never another job's)."""
-    new = _shm_files() - before
-    if not new:
-        return
+def orphaned(paths: set[str]) -> set[str]:
+    """Those of ``paths`` that no live process holds open or mapped: segments a killed job
+    left behind (never another running job's)."""
+    if not paths:
+        return set()
     held: set[str] = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -130,9 +131,18 @@ def _clean_shm(before: set[str]) -> None:
                 held.add(os.readlink(f"/proc/{entry}/fd/{fd}"))
         except OSError:
             continue
-    for path in new - held:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+    return {p for p in paths if os.path.exists(p)} - held
+
+
+def end_job(pid: int, token: str) -> None:
+    """SIGKILL a job: the launcher ``pid``, its process tree and every process carrying the
+    job's ``token`` in its environment (:data:`MARKER`)."""
+    _kill(_descendants(pid) | _marked(token) | {pid})
+
+
+def job_processes(token: str) -> set[int]:
+    """Live processes of the job whose environment carries ``token`` (:data:`MARKER`)."""
+    return _marked(token)
 
 
 def _records(out_dir: Path) -> dict[int, dict[str, Any]]:

@@ -118,9 +118,20 @@ def test_mpiring_tune_writes_the_users_table_and_auto_then_uses_it(shared, monke
     table = tuning.load(path)
     if (table.gpu, table.link, table.tables) != ("none", "none", {world.size: ((None, "ring"),)}):
         problems.append(f"table {table}")
-    if world.rank == 0 and f"auto uses it on this machine ({key.describe()})" not in \
-            " ".join(capsys.readouterr().out.split()):
-        problems.append("the path and its use were not printed")
+    said = " ".join(capsys.readouterr().out.split())
+    uses = f"auto uses it on this machine ({key.describe()}) from now on"
+    unused = "auto will not use it: a communicator of one rank reads no tuning table"
+    if world.rank == 0 and (uses if world.size > 1 else unused) not in said:
+        problems.append(f"the path and its use were not printed: {said[-400:]}")
+    # What the tuner said is what --show then shows (on one rank: no table).
+    status = entry.main(["--show", "--progress", "off"])
+    shown = " ".join(capsys.readouterr().out.split())
+    if world.rank == 0 and status == 0:
+        if (uses in said) != (f"user table {path}" in shown) or \
+                (unused in said) != ("(no tuning table)" in shown):
+            problems.append(f"the tuner said {said[-300:]!r}, --show says {shown!r}")
+    elif status != 0:
+        problems.append(f"--show: exit status {status}")
     with mpiring.Communicator(world, gpu=False, timeout=60) as comm:
         choice = comm.tuning
         want = tuning_lookup.ONE_RANK if world.size == 1 else tuning_lookup.USER
