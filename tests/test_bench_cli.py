@@ -1,10 +1,37 @@
-"""mpiring.bench.cli: options, defaults, validation, nccl-tests' letters, --help."""
+"""mpiring.bench.cli: options, defaults, validation, nccl-tests' letters, --help (short: the
+flags) and the manual it points to (docs/bench.md: every flag, the method)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
-from mpiring.bench.cli import build_parser, parse_args
+from mpiring.bench.cli import MANUAL, build_parser, parse_args
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def help_text(columns: int = 80, monkeypatch: pytest.MonkeyPatch | None = None) -> str:
+    """--help as a terminal of ``columns`` columns shows it."""
+    assert monkeypatch is not None
+    monkeypatch.setenv("COLUMNS", str(columns))
+    return build_parser().format_help()
+
+
+def flags(text: str) -> set[str]:
+    """The option strings --help lists (each entry's lines start with two spaces and a dash)."""
+    found = set()
+    for line in text.splitlines():
+        m = re.match(r"^  (-[^ ].*?)(?:  |$)", line)
+        if m:
+            found.update(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", m.group(1)))
+    return found
+
+
+def manual() -> str:
+    return " ".join((ROOT / MANUAL).read_text().split())
 
 
 def test_defaults():
@@ -107,20 +134,30 @@ def test_bad_options_exit_2(argv, capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_help_documents_every_option():
-    text = build_parser().format_help()
+def test_help_lists_every_option_in_under_100_lines(monkeypatch):
+    text = help_text(80, monkeypatch)
+    listed = flags(text)
     for flag in ["-b", "--minbytes", "-e", "--maxbytes", "-f", "--stepfactor", "-i", "--stepbytes",
                  "--algo", "--batches", "-d", "--dtype", "-o", "--op", "--placement", "--iters",
                  "--warmup", "--reps", "--time-budget", "--max-iters", "--output-dir", "--name",
                  "--no-plot", "--host", "--gpu", "--check", "--no-check", "--seed", "--timeout",
                  "--time-agreement", "--progress", "--overlap", "--gemm-size", "--train-gemm-size",
-                 "-a", "--average", "-G", "--cudagraph", "--graph", "-c", "--nccl-tests"]:
-        assert flag in text, flag
-    for action in build_parser()._actions:
-        assert action.help, action.option_strings
-    assert "busbw" in text and "exit status" in text
-    assert "Renamed" in text and "now the averaging mode" in text  # -a's new meaning
-    assert "mpiring-results" in text and "interrupted" in text
+                 "-a", "--average", "-G", "--cudagraph", "--graph", "-c", "--nccl-tests", "-g",
+                 "--ngpus", "-t", "--nthreads", "-z", "--blocking", "--baseline", "--collective",
+                 "--gemm-sms", "--sm-budget"]:
+        assert flag in listed, flag
+    assert len(text.splitlines()) < 100, len(text.splitlines())  # it was 225 lines
+    assert len(help_text(200, monkeypatch).splitlines()) < 100
+    assert MANUAL in text and "exit status" in text and "interrupted" in text
+
+
+def test_the_manual_documents_every_flag_of_help(monkeypatch):
+    text = manual()
+    for flag in sorted(flags(help_text(80, monkeypatch)) - {"-h", "--help"}):
+        assert re.search(rf"`[^`]*(?<![\w-]){re.escape(flag)}(?![\w-])[^`]*`", text), flag
+    assert "busbw" in text and "Exit status" in text
+    assert "In earlier mpiring releases `-a` was the algorithm list" in text  # -a's new meaning
+    assert "mpiring-results" in text and '"interrupted": "SIGINT"' in text
 
 
 def test_overlap_options():
@@ -143,8 +180,8 @@ def test_bad_overlap_options_exit_2(argv, capsys):
     assert exc.value.code == 2 and "error" in capsys.readouterr().err
 
 
-def test_help_names_the_gpu_algorithms_and_overlap():
-    text = build_parser().format_help()
+def test_the_manual_names_the_gpu_algorithms_and_overlap():
+    text = manual()
     for word in ("--overlap", "--gemm-size", "--train-gemm-size", "oneshot", "twoshot", "auto",
                  "n/a", "_overlap.png", "_makespan.png", "T_both", "min(T_gemm, T_ar)"):
         assert word in text, word
@@ -178,8 +215,61 @@ def test_bad_collectives_exit_2(argv, message, capsys):
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_help_explains_the_collectives():
-    text = " ".join(build_parser().format_help().split())
+def test_the_manual_explains_the_collectives():
+    text = manual()
     assert "--collective" in text and "reduce_scatter" in text and "allgather" in text
-    assert "the size is the whole buffer" in text and "busbw = algbw * (n-1)/n" in text
+    assert "the size is the whole buffer" in text and "busbw = algbw · (n−1)/n" in text
     assert "rounded down to whole blocks" in text and "left out of the default sweep" in text
+
+
+def test_the_manual_says_what_no_average_op_means():
+    """nccl-tests' avg is refused by the bench, but the API has op='avg': say so, not that
+    mpiring has no average op."""
+    text = manual()
+    assert "no average op" not in text and 'the API has `op="avg"`' in text
+    with pytest.raises(SystemExit):
+        parse_args(["-o", "avg"])
+
+
+def test_time_agreement_is_described_as_the_code_does_it(monkeypatch):
+    """On one node the agreement check is a post in shared memory, not an MPI_Allreduce."""
+    text = " ".join(help_text(80, monkeypatch).split())
+    assert "MPI_Allreduce" not in text
+    assert "on one node a descriptor posted in shared memory" in manual()
+
+
+@pytest.mark.parametrize("argv", [["-g", "1"], ["--ngpus", "1"], ["-t", "1"], ["--nthreads", "1"],
+                                  ["-z", "0"], ["--blocking", "0"],
+                                  ["-b", "8", "-e", "128M", "-f", "2", "-g", "1"]])
+def test_nccl_tests_gpu_thread_and_blocking_flags_carry_over(argv):
+    parse_args(argv)  # nccl-tests' quick examples, with the values that fit one rank per GPU
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["-g", "8"], "-g/--ngpus 8: only 1 here: mpiring runs one process per GPU, so launch as "
+                  "many ranks as GPUs"),
+    (["--ngpus", "two"], "only 1 here"),
+    (["-t", "2"], "-t/--nthreads 2: only 1 here: each rank is one thread"),
+    (["-z", "1"], "-z/--blocking 1: only 0 here: blocking mode (nccl-tests' -z 1: the CPU waits "
+                  "for each call to complete before the next) is not implemented"),
+])
+def test_nccl_tests_gpu_thread_and_blocking_values_that_cannot_work_are_explained(argv, message,
+                                                                                 capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_the_readme_runs_each_console_script_as_pyproject_does():
+    """README's "Commands" line names the module each console script of pyproject.toml runs."""
+    scripts = dict(re.findall(r'^(mpiring-[\w-]+) = "([\w.]+):\w+"$',
+                              (ROOT / "pyproject.toml").read_text(), re.MULTILINE))
+    assert set(scripts) == {"mpiring-bench", "mpiring-tune"}
+    line = " ".join(re.search(r"\*\*Commands:\*\*(.*?)\.\n", (ROOT / "README.md").read_text(),
+                              re.DOTALL).group(1).split())
+    names = re.findall(r"`(mpiring-[\w-]+)`", line)
+    modules = re.findall(r"`python -m ([\w.]+)`", line)
+    assert len(names) == len(modules) == len(scripts), line
+    for name, module in zip(names, modules, strict=True):
+        assert scripts[name].removesuffix(".__main__") == module, (name, module, scripts[name])

@@ -160,3 +160,33 @@ def test_the_runs_record_the_sm_budget_and_one_table_serves_one_budget(tmp_path:
         path.write_text(json.dumps(doc))
     built = shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"})
     assert built.sm_budget(2) == 16 and built.meta["runs"]["2"]["graph"]["sm_budget"] == 16
+
+
+def test_outside_the_repository_it_says_what_it_needs(tmp_path: Path, capsys) -> None:
+    """An installed mpiring has no results/: --check says so and fails, with no traceback."""
+    assert shipped.main(["--root", str(tmp_path), "--check"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{tmp_path} is not mpiring's repository" in err and "results/h200x2.csv" in err
+    assert "--root <checkout>" in err and "Traceback" not in err
+    assert shipped.missing(ROOT) == []
+
+
+def test_outside_the_repository_the_command_exits_2_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mpiring.bench.shipped", "--check"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "is not mpiring's repository" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_results_that_are_no_table_are_said_so(tmp_path: Path, capsys) -> None:
+    for name in shipped.missing(tmp_path):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    csv_path = tmp_path / shipped.SOURCES[2][0]
+    rows = read_csv(csv_path)
+    write_csv(csv_path, [r for r in rows if r.algo not in auto_candidates()])  # no candidate
+    assert shipped.main(["--root", str(tmp_path), "--check"]) == 2
+    assert "cannot derive the table" in capsys.readouterr().err

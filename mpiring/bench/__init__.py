@@ -6,5 +6,7 @@
 Modules: cli (options), sizes (size parsing and sweep), data (exact inputs and expected
 results), arrays (host/GPU buffers and timers), measure (one point: check, warm-up, timed
 repetitions), stats (statistics, algbw/busbw), runner (the sweep), report (console output),
-results (CSV/JSON), metadata (run description), plot (figures).
+results (rows; CSV, JSON Lines, JSON), files (rank 0's files of a run, whole at every instant),
+command (how a run starts and ends: errors, interrupts), metadata (run description: the code's
+version and commit, ranks and CPUs), plot (figures). The manual: docs/bench.md.
 """

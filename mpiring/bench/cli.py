@@ -1,17 +1,21 @@
 """Command-line options of ``python -m mpiring.bench``, with nccl-tests' letters and meanings
-where the two overlap (``-b -e -f -i -n -w -c -d -o -a -G``), so nccl-tests command lines
-carry over. Options of its own are long (``--algo``, ``--batches``, ...).
+where the two overlap (``-b -e -f -i -n -w -c -d -o -a -G``, and ``-g 1 -t 1 -z 0``, the only
+values of those that fit one process per GPU), so nccl-tests command lines carry over.
+Options of its own are long (``--algo``, ``--batches``, ...).
 
-Parsing is pure and identical on every rank; only rank 0 prints help and errors.
+``--help`` lists the flags, one short line each; the manual, ``docs/bench.md``, says what each
+does and how the bench checks and times. Parsing is pure and identical on every rank; only
+rank 0 prints help and errors.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .algorithms import AUTO, all_names, default_sweep
+from .algorithms import AUTO, all_names
 from .argtypes import (
     RankZeroParser,
     batches_list,
@@ -31,7 +35,6 @@ from .sizes import GPU_DEFAULT, HOST_DEFAULT, parse_size
 from .stats import AVERAGES, SLOWEST
 
 PLACEMENTS = ("out", "in")
-BASELINE_EXAMPLES = ("nccl", "nccl-symm", "torch", "torch-symm-1shot", "torch-symm-2shot")
 OVERLAPS = ("gemm", "train")  # workload shapes of --overlap (mpiring.bench.overlap)
 DEFAULT_GEMM_SIZE = 8192  # float16: about 1.1 TFLOP, 1-2 ms on an H100/H200
 DEFAULT_TRAIN_GEMM_SIZE = 4096  # bfloat16 (torch) or float16: about 0.2 ms on an H200
@@ -39,91 +42,50 @@ MIN_GEMM_SIZE = 1024
 DEFAULT_OUTPUT_DIR = "mpiring-results"
 FORMATS = ("table", "nccl-tests")
 
+MANUAL = "docs/bench.md"  # the manual, in mpiring's repository: every flag, the method, the files
+
 DESCRIPTION = """\
-Allreduce benchmark of mpiring next to its baselines, in the manner of nccl-tests; with
---collective also Reduce_scatter_block and Allgather (see "collectives" below).
-
-With GPUs it times NCCL's allreduce ("nccl", the reference of the speed-ups), a ring of NCCL
-send/recv ("nccl-ring"), and mpiring's algorithms on CuPy arrays: the copy-engine ring
-("ring"), the one-kernel "oneshot" (small messages; n/a above its size limit), the
-reduce-scatter + all-gather kernel "twoshot", and "auto" (what mpiring picks per size; the
-table shows the pick as auto:<name>). With --host, or on a machine without GPUs, it times
-mpiring's host pipeline ("ring") against MPI.Allreduce ("mpi"). A machine whose GPUs CuPy
-cannot use (a broken install) is an error, not a host run: its message quotes CuPy's error.
-
-Peers: with GPUs the sweep also measures other libraries' allreduce, after the NCCL reference
-and before mpiring's rows, each where its package is installed (else its rows are skipped with
-a one-line reason): "torch" (torch.distributed.all_reduce, NCCL process group), "torch-symm-1shot"
-and "torch-symm-2shot" (torch.ops.symm_mem's one-shot / two-shot all-reduce; sum of float32 or
-bfloat16; one node) and "nccl-symm" (ncclAllReduce in an NCCL_WIN_COLL_SYMMETRIC window, through
-nccl4py; one node). Their data starts in the bench's ordinary buffers, like mpiring's rows: the
-copies into symmetric memory (and out of it, where needed), and torch's copy send -> recv out of
-place, are timed. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
---baseline NAME takes the speed-ups against another row than nccl (e.g. torch).
-
-Every point is checked before it is timed: per-rank integer inputs whose sum is exact, the
-output poisoned (NaN / a sentinel) before the call, and every element compared with the
-exact result, which each rank computes on its own; #wrong counts the wrong elements over
-all ranks. A point that fails is not timed. Times are per iteration: a barrier, then k
-back-to-back calls timed together (CUDA events on the current stream, or MPI.Wtime),
-repeated --reps times; the table shows the median (and min/max/std) over repetitions, of
-the slowest rank by default (-a). algbw = bytes / time, busbw = algbw * 2(n-1)/n, as in
-nccl-tests.
-
---collective reduce_scatter / allgather measure Reduce_scatter_block / Allgather with the rows
-that implement them (GPU: nccl, i.e. ncclReduceScatter / ncclAllGather, ring, ring-events,
-auto; host: MPI's Reduce_scatter_block / Allgather as "mpi", and ring). As in nccl-tests, the
-size is the whole buffer (the send buffer of reduce_scatter, the receive buffer of allgather),
-each rank's block is size / n / itemsize elements (the count column), sizes are rounded down to
-whole blocks, and busbw = algbw * (n-1)/n.
-
-On a communicator that spans nodes (or MPIRING_VIRTUAL_NODES), rows that need every rank on
-one node (ring, ring-events, oneshot, twoshot) are left out of the default sweep (the banner
-names them), and asking for one with --algo is an error.
-
---overlap gemm,train (GPUs) also measures, at every point, the allreduce beside matmuls on
-their own stream: per workload shape (gemm: large float16 GEMMs started with the allreduce;
-train: smaller bfloat16 GEMMs, the allreduce issued after the first, as in a backward pass) the
-GEMMs alone (T_gemm), the calls alone (T_ar), both from one start (the makespan T_both), the
-overlap efficiency (T_gemm + T_ar - T_both) / min(T_gemm, T_ar) (1: the shorter one hidden,
-0: no better than serial) and the SMs the allreduce holds; with gemm also how much each slows
-the other down (see mpiring/bench/overlap.py for the method).
-"""
+Allreduce benchmark of mpiring beside NCCL, other libraries' rows and MPI, in the manner of
+nccl-tests (also reduce-scatter and all-gather: --collective). Every point is checked element
+by element, then timed. Without GPUs, or with --host, it measures the host transport."""
 
 EPILOG = f"""\
 examples:
   mpiexec -n 4 python -m mpiring.bench
-  mpiexec -n 4 python -m mpiring.bench -b 1M -e 1G --batches 1,2,4,8 --placement out,in
-  srun -n 4 python -m mpiring.bench -d bfloat16 --algo ring,nccl --name h200
-  mpiexec -n 4 python -m mpiring.bench --collective reduce_scatter,allgather -b 1M -e 1G
+  mpiexec -n 4 python -m mpiring.bench -b 8 -e 128M -f 2 -g 1 --nccl-tests
   mpiexec -n 4 python -m mpiring.bench --overlap gemm,train -b 1M -e 1G -f 4
-  mpiexec -n 4 mpiring-bench -b 8 -e 128M -f 2 -G 1 -a 1 --algo nccl --nccl-tests
-  python -m mpiring.bench.plot {DEFAULT_OUTPUT_DIR}/allreduce_*.csv   # re-plot saved results
+  python -m mpiring.bench.plot {DEFAULT_OUTPUT_DIR}/allreduce_*.csv   # re-plot
 
-nccl-tests' flags: -b -e -f -i -n -w as there; -c N checks N calls per point (0: no check);
--G N replays the timed calls from a CUDA graph N times; -d takes nccl-tests' type names
-(half, float, double, bfloat16, int32, int64) or numpy's; -o sum|prod|max|min; -a 0|1|2|3
-reports rank 0's time, the average, minimum or maximum over ranks (default 3, the slowest
-rank; nccl-tests' default is 1). Renamed from earlier mpiring releases: -a (was the
-algorithm list) is now the averaging mode: the algorithms are --algo. --nccl-tests prints
-nccl-tests' columns (out-of-place and in-place side by side, #wrong, "# Avg bus bandwidth"),
-one table per algorithm, so that scripts written for nccl-tests' output read it.
+files: <output-dir>/<name>_<host>_<date>.csv and .jsonl (a row as each point completes),
+.json (rows and metadata; marked incomplete when interrupted), .png figures.
+exit status: 0 passed, 1 a check failed, 2 a point raised, 3 the run could not go on,
+130/143 interrupted (SIGINT/SIGTERM).
+The manual (what each flag does, how points are checked and timed, the files, the table):
+{MANUAL} in mpiring's repository."""
 
-Files: <output-dir>/<name>_<host>_<date>.csv (one row per algo x size x batches x placement,
-appended as each point completes), .json (same rows plus metadata; written at the end, or
-when the run is interrupted by Ctrl-C or SIGTERM, e.g. at a Slurm time limit), .png
-(busbw, latency and speed-up vs size), _batches.png (busbw per batches value, when several
-are given), _overlap.png (the slowdowns, with --overlap gemm) and _makespan.png (makespan and
-efficiency per workload shape, with --overlap). Default directory: ./{DEFAULT_OUTPUT_DIR}/.
 
-Output: rank 0 prints. Colours and the live progress bar appear only when its output is a
-terminal (--progress auto): under mpiexec/srun rank 0 writes into a pipe, and under Open MPI
-into a pseudo-terminal that may end in a file, so they are off there unless --progress on.
+def only(value: int, flag: str, why: str) -> Callable[[str], int]:
+    """An argparse type for a flag of nccl-tests' that the bench takes with one value only:
+    ``value`` is accepted, anything else is refused with ``why``."""
+    def parse(text: str) -> int:
+        try:
+            given = int(text)
+        except ValueError:
+            given = None
+        if given != value:
+            raise argparse.ArgumentTypeError(f"{flag} {text}: only {value} here: {why}")
+        return given
+    return parse
 
-exit status: 0 all points passed (or were skipped, unavailable or n/a: an algorithm that
-rejects a size, such as oneshot above its limit), 1 a correctness check failed, 2 a point
-raised an error, 3 the run could not go on; 130/143 interrupted by SIGINT/SIGTERM.
-"""
+
+NGPUS_WHY = ("mpiring runs one process per GPU, so launch as many ranks as GPUs instead "
+             "(mpiexec -n <GPUs> python -m mpiring.bench)")
+NTHREADS_WHY = ("each rank is one thread of one process; for more GPUs launch more ranks "
+                "(mpiexec -n <GPUs>)")
+BLOCKING_WHY = ("blocking mode (nccl-tests' -z 1: the CPU waits for each call to complete "
+                "before the next) is not implemented; the bench issues the timed calls back to "
+                "back, as nccl-tests' default -z 0 does (on host arrays every call completes "
+                "before it returns)")
 
 
 @dataclass(frozen=True)
@@ -195,141 +157,111 @@ def baseline_arg(text: str) -> str:
     return name
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """--help's layout: each flag's short help beside it (a wider column than argparse's)."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 30,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The options, one short line each; the manual (``docs/bench.md``) says the rest."""
     p = RankZeroParser(prog="python -m mpiring.bench", description=DESCRIPTION, epilog=EPILOG,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("sizes (binary units: 1K = 1024 bytes)")
+                       usage="mpiexec -n <ranks> %(prog)s [options]",
+                       formatter_class=HelpFormatter)
+    g = p.add_argument_group("sizes (1K = 1024 bytes)")
     g.add_argument("-b", "--minbytes", type=size_arg, metavar="SIZE",
                    help=f"smallest message (default {GPU_DEFAULT[0]})")
     g.add_argument("-e", "--maxbytes", type=size_arg, metavar="SIZE",
-                   help=f"largest message (default {GPU_DEFAULT[1]} on GPUs, "
-                        f"{HOST_DEFAULT[1]} on the host)")
+                   help=f"largest message (default {GPU_DEFAULT[1]}; host: {HOST_DEFAULT[1]})")
     g.add_argument("-f", "--stepfactor", type=float, metavar="F",
-                   help="multiply the size by F from one point to the next (default 2)")
+                   help="multiply the size by F per step (default 2)")
     g.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
-                   help="add SIZE from one point to the next instead of multiplying")
+                   help="add SIZE per step instead")
 
     g = p.add_argument_group("what to run")
     g.add_argument("--algo", type=choices_list(all_names(), "algorithm"), metavar="LIST",
-                   help="comma list of algorithms (default: all of the mode; GPU: "
-                        f"{','.join(default_sweep(True))}; host: "
-                        f"{','.join(default_sweep(False))}); one that cannot reduce the run's "
-                        "memory (nccl on the host) is an error. Was -a in earlier releases")
+                   help="comma list of algorithms (default: all)")
     g.add_argument("--baseline", type=baseline_arg, metavar="NAME",
-                   help="the row the speed-up column is against, measured first at every size "
-                        "(and run even when --algo leaves it out): an algorithm or a peer, e.g. "
-                        f"{', '.join(BASELINE_EXAMPLES)} (default: nccl on GPUs, mpi on the host)")
+                   help="speed-ups against it (default nccl; host mpi)")
     g.add_argument("--collective", type=choices_list(NAMES + (ALL,), "collective"),
                    default=(ALLREDUCE,), metavar="LIST",
-                   help="comma list of collectives to measure, one after the other: allreduce "
-                        "(default), reduce_scatter (Reduce_scatter_block), allgather, or all; for "
-                        "the last two the size is the whole buffer (nccl-tests' meaning)")
+                   help="allreduce (default), reduce_scatter, allgather or all")
     g.add_argument("--batches", type=batches_list, default=("auto",), metavar="LIST",
-                   help="comma list of mini-batch counts for ring and nccl-ring, numbers "
-                        "and/or 'auto' (default auto: mpiring picks by size); nccl and mpi "
-                        "ignore batches and run once per size")
+                   help="mini-batches of ring, nccl-ring (default auto)")
     g.add_argument("-d", "--dtype", "--datatype", type=dtype_arg, default="float32",
-                   metavar="TYPE", help="element type, nccl-tests' name or numpy's: half/float16, "
-                   "float/float32 (default), double/float64, bfloat16 (GPUs: needs torch), "
-                   "int32, int64")
+                   metavar="TYPE", help="float (default), half, double, bfloat16, int32, int64")
     g.add_argument("-o", "--op", type=op_arg, default="sum", metavar="OP",
-                   help=f"reduction: {', '.join(OPS)} (default sum); nccl-tests' avg is refused "
-                        "with an explanation (the API's op='avg' is the sum plus one division pass)")
+                   help=f"{', '.join(OPS)} (default sum)")
     g.add_argument("--placement", type=choices_list(PLACEMENTS, "placement"), metavar="LIST",
-                   help="out (separate send and receive buffers), in (MPI.IN_PLACE), or out,in "
-                        "for both (default out; out,in with --nccl-tests)")
+                   help="out (default), in, or out,in")
     where = g.add_mutually_exclusive_group()
-    where.add_argument("--gpu", action="store_true",
-                       help="benchmark GPU arrays, and fail (quoting CuPy's error) where a rank "
-                            "cannot (default: GPUs when visible, see --host)")
+    where.add_argument("--gpu", action="store_true", help="GPU arrays, or fail saying why")
     where.add_argument("--host", action="store_true",
-                       help="benchmark host arrays (mpiring's host pipeline vs MPI.Allreduce) "
-                            "even where GPUs exist; the default only does so on machines "
-                            "without GPUs")
+                       help="host arrays, even where there are GPUs")
 
-    g = p.add_argument_group("overlap with compute (GPUs only)")
+    g = p.add_argument_group("overlap with compute (GPUs)")
     g.add_argument("--overlap", type=choices_list(OVERLAPS, "overlap shape"), metavar="LIST",
-                   help="comma list of workload shapes to run beside the allreduce at every "
-                        "point: gemm (large float16 matmuls started with it; also both "
-                        "slowdowns: GEMM time with / alone, allreduce time with / alone), "
-                        "train (smaller bfloat16 matmuls, the allreduce issued after the first, "
-                        "as a backward pass issues a gradient bucket). Each reports T_gemm, "
-                        "T_ar, the makespan T_both, the overlap efficiency and the SMs held")
+                   help="gemm and/or train: matmuls beside every point")
     g.add_argument("--gemm-size", type=int_at_least(MIN_GEMM_SIZE), default=DEFAULT_GEMM_SIZE,
-                   metavar="N", help=f"the matmul of --overlap gemm: N x N by N x N, float16 "
-                   f"(default {DEFAULT_GEMM_SIZE}: 1-2 ms on an H200; the run stops if one "
-                   "takes under 100 us, where launches rather than the GPU would set its pace)")
+                   metavar="N", help=f"N x N float16 GEMMs of gemm (default {DEFAULT_GEMM_SIZE})")
     g.add_argument("--train-gemm-size", type=int_at_least(MIN_GEMM_SIZE),
                    default=DEFAULT_TRAIN_GEMM_SIZE, metavar="N",
-                   help=f"the matmuls of --overlap train: N x N by N x N, bfloat16 through "
-                        f"torch (float16 through CuPy where torch cannot run, and the banner "
-                        f"says so; default {DEFAULT_TRAIN_GEMM_SIZE})")
+                   help=f"N x N GEMMs of train (default {DEFAULT_TRAIN_GEMM_SIZE})")
     g.add_argument("--gemm-sms", type=int_at_least(0), default=0, metavar="N",
-                   help="plan the --overlap GEMMs for N SMs (cublasSetSmCountTarget: the SMs the "
-                        "allreduce gets beside compute are the compute's to leave free; see "
-                        "mpiring/bench/carveout.py); default 0: every SM, or what --sm-budget "
-                        "leaves")
+                   help="GEMMs planned for N SMs (default: those free)")
     g.add_argument("--sm-budget", type=int_at_least(1), default=None, metavar="N",
-                   help="mpiring's kernels hold at most N SMs (Communicator(sm_budget=N)); with "
-                        "--overlap and no --gemm-sms, the GEMMs are planned for the other SMs")
+                   help="mpiring's kernels hold at most N SMs")
 
     g = p.add_argument_group("timing")
     g.add_argument("--time-budget", type=positive_float, default=0.15, metavar="S",
-                   help="seconds of timed iterations per point; the iteration count is "
-                        "derived from the warm-up time (default 0.15)")
+                   help="seconds of timed calls per point (default 0.15)")
     g.add_argument("-n", "--iters", type=positive_int, metavar="N",
-                   help="timed iterations per repetition, instead of the time budget")
+                   help="timed calls per repetition, not the budget")
     g.add_argument("-w", "--warmup", "--warmup_iters", type=nonneg_int, metavar="N",
-                   help="warm-up iterations (default: about 10%% of the budget, 2 to 50)")
+                   help="warm-up calls (default: about 10%% of the budget)")
     g.add_argument("--reps", type=positive_int, default=5, metavar="N",
-                   help="timed repetitions per point, for mean/std/min/max/median (default 5)")
+                   help="timed repetitions per point (default 5)")
     g.add_argument("--max-iters", type=positive_int, default=1000, metavar="N",
-                   help="cap on timed iterations per repetition (default 1000)")
+                   help="cap on timed calls per repetition (default 1000)")
     g.add_argument("-a", "--average", type=int_in(AVERAGES, "-a/--average (the algorithms "
                    "are --algo)"), default=SLOWEST, metavar="0|1|2|3",
-                   help="how ranks' times combine, as nccl-tests' -a: 0 rank 0's, 1 the "
-                        "average, 2 the minimum, 3 the maximum, i.e. the slowest rank "
-                        "(default 3; nccl-tests' default is 1)")
+                   help="ranks' times: rank 0, mean, min, max (default 3)")
     g.add_argument("--time-agreement", action="store_true",
-                   help="keep mpiring's per-call argument agreement (one small MPI_Allreduce "
-                        "per call) in timed loops; by default it runs only for the checked "
-                        "call, so the nccl row compares with nccl-tests")
+                   help="keep the per-call agreement check in timed calls")
     g.add_argument("-G", "--cudagraph", type=nonneg_int, metavar="N", dest="graph_launches",
-                   help="GPUs: capture each repetition's calls in one CUDA graph and time N "
-                        "replays of it (nccl-tests' -G); 0: eager calls (default). Rows that "
-                        "cannot be captured (ring) show n/a")
+                   help="time N replays of a graph of the calls")
     g.add_argument("--graph", action="store_const", const=1, dest="graph_launches",
                    help="the same as -G 1")
     g.add_argument("--timeout", type=positive_float, metavar="S",
-                   help="seconds mpiring waits for a peer before raising (default: "
-                        "MPIRING_TIMEOUT or 300)")
+                   help="wait for a peer S s (default MPIRING_TIMEOUT, 300)")
+
+    g = p.add_argument_group("nccl-tests' flags taken with one value")
+    g.add_argument("-g", "--ngpus", type=only(1, "-g/--ngpus", NGPUS_WHY), default=1,
+                   metavar="1", help="GPUs per process: 1 (a rank per GPU)")
+    g.add_argument("-t", "--nthreads", type=only(1, "-t/--nthreads", NTHREADS_WHY), default=1,
+                   metavar="1", help="threads per process: 1")
+    g.add_argument("-z", "--blocking", type=only(0, "-z/--blocking", BLOCKING_WHY), default=0,
+                   metavar="0", help="0: calls issued back to back")
 
     g = p.add_argument_group("checking")
     g.add_argument("-c", "--check", type=nonneg_int, nargs="?", const=1, default=1, metavar="N",
-                   help="check N calls per point, every element, before timing it (nccl-tests' "
-                        "-c; default 1; --check alone: 1; 0 or --no-check: no check)")
+                   help="check N calls per point (default 1)")
     g.add_argument("--no-check", action="store_const", const=0, dest="check",
-                   help="do not check results (the same as -c 0)")
-    g.add_argument("--seed", type=int, default=2024,
-                   help="seed of the generated inputs (default 2024)")
+                   help="no check (the same as -c 0)")
+    g.add_argument("--seed", type=int, default=2024, help="seed of the inputs (default 2024)")
 
     g = p.add_argument_group("output")
     g.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
-                   help=f"where the CSV, JSON and PNG files go (default ./{DEFAULT_OUTPUT_DIR}/; "
-                        "the repository's results/ only when asked: --output-dir results)")
+                   help=f"where the files go (default ./{DEFAULT_OUTPUT_DIR}/)")
     g.add_argument("--name", metavar="PREFIX",
-                   help="file name prefix (default: the collective, e.g. allreduce; "
-                        "'collectives' when several are measured)")
-    g.add_argument("--no-plot", action="store_true",
-                   help="write no PNG figures (and need no matplotlib)")
+                   help="file name prefix (default: the collective)")
+    g.add_argument("--no-plot", action="store_true", help="no figures (no matplotlib needed)")
     g.add_argument("--nccl-tests", action="store_const", const="nccl-tests", default="table",
-                   dest="output_format",
-                   help="print nccl-tests' table instead of mpiring's: size, count, type, redop, "
-                        "root, then time, algbw, busbw, #wrong out-of-place and in-place side "
-                        "by side, one table per algorithm, each ending in '# Avg bus bandwidth'")
+                   dest="output_format", help="print nccl-tests' tables instead of mpiring's")
     g.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
-                   help="colours and live progress bar: auto (only when the output is a "
-                        "terminal), on (force, e.g. under mpiexec), off (plain text)")
+                   help="colours and progress bar (auto: on a terminal)")
     return p
 
 

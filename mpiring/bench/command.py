@@ -42,26 +42,10 @@ class BenchError(Exception):
     """A problem every rank sees alike: the run stops cleanly (exit status 3)."""
 
 
-class Interrupted(BaseException):
-    """A signal (SIGTERM; Ctrl-C raises ``KeyboardInterrupt``) outside an active
-    :class:`InterruptGuard`: stop where the run is."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
-
-def signal_name(err: BaseException) -> str:
-    """The signal behind an interrupt: SIGINT for ``KeyboardInterrupt``."""
-    return signal.Signals(err.signum).name if isinstance(err, Interrupted) else "SIGINT"
-
-
-def interrupt_status(err: BaseException | str) -> int:
-    """The exit status of an interrupted run: 128 + the signal's number (130 for Ctrl-C);
-    ``err`` is the interrupt, or the signal's name."""
-    if isinstance(err, str):
-        return 128 + int(signal.Signals[err])
-    return 128 + (err.signum if isinstance(err, Interrupted) else int(signal.SIGINT))
+def interrupt_status(signal_name: str = "SIGINT") -> int:
+    """The exit status of a run interrupted by ``signal_name``: 128 + the signal's number (130
+    for Ctrl-C's SIGINT, 143 for SIGTERM)."""
+    return 128 + int(signal.Signals[signal_name])
 
 
 # What the guard calls: on_signal(name) at the first signal; on_overdue(name, why) when the run
@@ -183,11 +167,10 @@ def run_collectively(prog: str, world: Any, reporter: Reporter, body: Callable[[
         reporter.stop()
         reporter.error(f"{prog}: {err}")
         return 3
-    except (KeyboardInterrupt, Interrupted) as err:
+    except KeyboardInterrupt:  # Ctrl-C outside an InterruptGuard
         reporter.stop()
-        status = interrupt_status(err)
-        sys.stderr.write(f"{prog}: rank {world.rank}: interrupted by {signal_name(err)}, "
-                         "ending the job\n")
+        status = interrupt_status("SIGINT")
+        sys.stderr.write(f"{prog}: rank {world.rank}: interrupted by SIGINT, ending the job\n")
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(status)  # peers may wait in a collective: end them too
         return status

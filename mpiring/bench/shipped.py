@@ -167,7 +167,21 @@ def overlap_gaps(table: TuningTable) -> list[str]:
     return [f"{n} ranks: {OVERLAP_GAP}" for n in sorted(table.tables) if n not in table.overlap]
 
 
+def missing(root: Path, sources: dict[int, tuple[str, str]] | None = None,
+            overlap_sources: dict[int, str] | None = None) -> list[str]:
+    """The files :func:`build` reads (the results CSVs and the JSONs beside them) that ``root``
+    lacks: all of them outside mpiring's repository, whose ``results/`` the installed package
+    does not carry."""
+    sources = SOURCES if sources is None else sources
+    overlap_sources = OVERLAP_SOURCES if overlap_sources is None else overlap_sources
+    names = [n for pair in sources.values() for n in pair] + list(overlap_sources.values())
+    needed = [p for n in names for p in (n, str(Path(n).with_suffix(".json")))]
+    return [n for n in needed if not (root / n).is_file()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Derive (or with ``--check`` compare) the shipped table; 0 done (or the same), 1 the
+    file differs, 2 the results cannot be read (not run in mpiring's repository)."""
     p = argparse.ArgumentParser(prog="python -m mpiring.bench.shipped",
                                 description="Derive mpiring/data/tuning-h200.json from results/.")
     p.add_argument("--root", default=".", help="the repository (default: the current directory)")
@@ -175,7 +189,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="only compare: exit 1 if the shipped file differs from the results")
     ns = p.parse_args(argv)
     root = Path(ns.root)
-    table = build(root)
+    lacking = missing(root)
+    if lacking:
+        print(f"{p.prog}: {root.resolve()} is not mpiring's repository: the table is derived "
+              f"from the committed results, and {', '.join(lacking[:3])}"
+              f"{f' (and {len(lacking) - 3} more)' if len(lacking) > 3 else ''} "
+              f"{'is' if len(lacking) == 1 else 'are'} missing there (an installed mpiring does "
+              "not carry results/). Run it in a checkout of the repository, or pass --root "
+              "<checkout>", file=sys.stderr)
+        return 2
+    try:
+        table = build(root)
+    except ValueError as err:  # a results file that is not what a table is made of
+        print(f"{p.prog}: cannot derive the table from {root.resolve()}: {err}", file=sys.stderr)
+        return 2
     text = table_json(table)
     target = root / TARGET
     for gap in overlap_gaps(table):

@@ -1,7 +1,16 @@
-"""Fixtures for tests run under mpiexec with --with-mpi: shared communicators, and ranks kept in step."""
+"""Fixtures for tests run under mpiexec with --with-mpi: shared communicators, and ranks kept in
+step; and one report for the job instead of one per rank.
+
+Only rank 0 prints pytest's report. The other ranks print nothing but their failures, each in
+full (test, phase, traceback), headed ``rank N: <test> FAILED``, the moment it happens (a
+failure that hangs the job still reaches the output); their exit status still says they failed,
+so mpiexec's does too, and a test that failed on any rank fails on every rank
+(:func:`ranks_in_step`), so rank 0's report counts it.
+"""
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +22,40 @@ import mpiring
 
 SMALL_SLOT = 4096  # one page per receive slot: many mini-batches and constant slot reuse
 RING_TIMEOUT = 60.0  # no ring wait in these tests may hang the run for long
+
+
+class RankFailures:
+    """The report of a rank other than 0: its failures, in full, on stderr; nothing else."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def _write(self, what: str, text: str) -> None:
+        sys.stderr.write(f"\n===== rank {self.rank}: {what} =====\n{text}\n")
+        sys.stderr.flush()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.failed:
+            self._write(f"{report.nodeid} FAILED ({report.when})", report.longreprtext)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._write(f"collecting {report.nodeid or 'the tests'} FAILED", report.longreprtext)
+
+    def pytest_internalerror(self, excrepr: object) -> None:
+        self._write("pytest INTERNALERROR", str(excrepr))
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's terminal plugin registered its reporter
+def pytest_configure(config: pytest.Config) -> None:
+    """On ranks other than 0, pytest's terminal report gives way to :class:`RankFailures`."""
+    rank = MPI.COMM_WORLD.rank
+    if rank == 0:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        config.pluginmanager.unregister(reporter)
+    config.pluginmanager.register(RankFailures(rank), "mpiring-rank-failures")
 
 
 @pytest.fixture(scope="session")
@@ -65,4 +108,5 @@ def ranks_in_step(request: pytest.FixtureRequest, world: MPI.Intracomm) -> Itera
     failed = world.allgather(bool(report is not None and report.failed))
     if any(failed) and not failed[world.rank]:
         others = [r for r, f in enumerate(failed) if f]
-        pytest.fail(f"this test failed on rank(s) {others}", pytrace=False)
+        pytest.fail(f"this test failed on rank(s) {others} (each printed its failure, headed "
+                    f"'rank N: <test> FAILED')", pytrace=False)
