@@ -28,6 +28,7 @@ from mpiring.bench.peers.torch_nccl import TorchAllReduce
 from mpiring.bench.peers.torch_session import store_address
 from mpiring.bench.peers.torch_symm import PLANS, TorchSymm, plan
 from mpiring.bench.stats import Stats
+from mpiring.install import pip_install
 
 REAL = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
@@ -97,13 +98,13 @@ def test_without_torch_the_torch_peers_say_so():
 
 def test_without_nccl4py_or_libnccl_nccl_symm_says_so(monkeypatch):
     why = NcclSymm().available()  # here: nccl4py without libnccl, or no nccl4py at all (CI)
-    assert why is not None and ("nccl4py" in why) and "mpiring[peers]" in why
+    assert why is not None and ("nccl4py" in why) and pip_install("peers") in why
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "nccl" else real(name, *a))
-    assert NcclSymm().available().startswith("nccl4py is not installed (pip install 'mpiring[peers]'")
+    assert NcclSymm().available().startswith(f"nccl4py is not installed ({pip_install('peers')}")
 
 
 def test_a_broken_package_quotes_its_error(monkeypatch, tmp_path):

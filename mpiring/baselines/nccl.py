@@ -17,6 +17,7 @@ from mpi4py import MPI
 from ..algorithms.base import Collective
 from ..buffers import Buffer
 from ..errors import SetupError, UnavailableError
+from ..install import cuda_choices
 from ..ops import Op
 from ..schedule import RingPlan, Source
 
@@ -27,8 +28,8 @@ def nccl_module():
         from cupy.cuda import nccl
     except ImportError as err:
         raise UnavailableError(
-            f"NCCL is unavailable ({err}): install the nvidia-nccl wheel of your CUDA major "
-            "(mpiring[cuda12] or mpiring[cuda13])"
+            f"NCCL is unavailable ({err}): install the extra of your CUDA major, which brings the "
+            f"nvidia-nccl wheel: {cuda_choices()}"
         ) from None
     if not getattr(nccl, "available", True):
         raise UnavailableError("NCCL is unavailable: CuPy was built without NCCL support")

@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
+from ..install import pip_install
 from .results import FIELDS, Row, csv_record, jsonl_line, row_dict
 
 JSON_EVERY_S = 1.0  # the JSON is rewritten after a row at most this often (and always at the end)
@@ -146,7 +147,7 @@ def missing_dependencies(plot: bool) -> str:
             problems.append(f"{module} ({why}): {type(err).__name__}: {err}")
     if not problems:
         return ""
-    hint = "install the bench extra: pip install 'mpiring[bench]'"
+    hint = f"install the bench extra: {pip_install('bench')}"
     if plot and all(p.startswith("matplotlib") for p in problems):
         hint += ", or pass --no-plot to write the CSV and JSON without figures"
     return "cannot import " + "; ".join(problems) + f": {hint}"

@@ -28,6 +28,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 
+from ..install import CUDA_EXTRAS, cuda_choices, pip_install
 from .resources import live_resources
 
 __all__ = ["GpuStatus", "available", "gpu_status", "live_resources", "unavailable_reason",
@@ -35,7 +36,6 @@ __all__ = ["GpuStatus", "available", "gpu_status", "live_resources", "unavailabl
 
 # The CuPy wheels mpiring's extras install, by CUDA major.
 CUPY_DISTRIBUTIONS = ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
-EXTRAS = {12: "cuda12", 13: "cuda13"}
 NVIDIA_SMI_TIMEOUT_S = 15.0
 
 
@@ -123,16 +123,17 @@ def installed_cupy() -> str:
 
 def install_hint() -> str:
     """Which extra to install: both choices, the one matching this machine's driver, and the
-    CuPy wheel installed now (a CUDA 13 wheel under a CUDA 12 driver cannot load)."""
-    text = "pip install 'mpiring[cuda12]' (CUDA 12) or 'mpiring[cuda13]' (CUDA 13)"
+    CuPy wheel installed now (a CUDA 13 wheel under a CUDA 12 driver cannot load). The commands
+    come from :func:`mpiring.install.pip_install` (mpiring is not on the package index)."""
+    text = cuda_choices()
     driver = driver_cuda_version()
     if driver is None:
         text += "; no NVIDIA driver found (libcuda.so.1 does not load)"
     else:
-        extra = EXTRAS.get(driver[0])
+        extra = CUDA_EXTRAS.get(driver[0])
         text += f"; this machine's driver supports CUDA {driver[0]}.{driver[1]}"
         if extra:
-            text += f", so 'mpiring[{extra}]'"
+            text += f", so {pip_install(extra)}"
     wheel = installed_cupy()
     if wheel:
         text += f"; installed now: {wheel}"

@@ -11,6 +11,7 @@ the wait releases.
 from __future__ import annotations
 
 from ..errors import SetupError
+from ..install import cuda_choices
 
 
 class StreamMemOps:
@@ -21,8 +22,8 @@ class StreamMemOps:
             from cuda.bindings import driver
         except ImportError as err:
             raise SetupError(
-                "mpiring's GPU path needs cuda-bindings (pip install 'mpiring[cuda12]' or "
-                f"'mpiring[cuda13]', which bring it): {err}"
+                f"mpiring's GPU path needs cuda-bindings, which the extra of your CUDA major brings "
+                f"({cuda_choices()}): {err}"
             ) from None
         self._driver = d = driver
         self._ok = d.CUresult.CUDA_SUCCESS

@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ...install import pip_install
 from ..measure import agree
 from .base import Peer, PeerContext, current_stream_pointer, device_pointer, missing
 from .env import multicast_off
 
-HINT = "pip install 'mpiring[peers]' (nccl4py), beside the nvidia-nccl wheel of mpiring[cuda13] " \
-       "or [cuda12] whose libnccl it loads"
+HINT = (f"{pip_install('peers')} (nccl4py), beside the nvidia-nccl wheel of the cuda13 or cuda12 "
+        "extra, whose libnccl it loads")
 MIN_NCCL = (2, 27)  # ncclCommWindowRegister and NCCL_WIN_COLL_SYMMETRIC
 # numpy's names -> ncclDataType_t; -o -> ncclRedOp_t
 DTYPES = {"int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
