@@ -144,6 +144,7 @@ class InterruptGuard:
                     continue
                 name = signal.Signals(signum).name
                 if not first:
+                    self.signum = self.signum or signum  # (the main thread's handler may run later)
                     first, deadline = name, time.monotonic() + self.grace_s
                     with contextlib.suppress(Exception):  # never kill the watcher
                         self.on_signal(name)
