@@ -275,9 +275,11 @@ def main(argv: list[str] | None = None) -> int:
               f"GEMM x{r.gemm_slowdown:5.3f}", flush=True)
     calls = run_calls(gpu, args) if args.calls > 0 else []
     if args.json:
+        from .metadata import provenance
+
         with open(args.json, "w") as f:
-            json.dump({"sms": gpu.sms, "gemm": args.gemm, "mib": args.mib, "folds": args.folds,
-                       "results": [asdict(r) for r in results], "chunks": args.chunks,
+            json.dump({**provenance(), "sms": gpu.sms, "gemm": args.gemm, "mib": args.mib,
+                       "folds": args.folds, "results": [asdict(r) for r in results], "chunks": args.chunks,
                        "calls": args.calls, "call_results": [asdict(r) for r in calls]}, f, indent=1)
     return 0 if results or calls else 1  # a variant that failed is reported on stderr
 

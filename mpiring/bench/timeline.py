@@ -154,8 +154,10 @@ def report(args: argparse.Namespace, size: int, ranks: list[tuple[dict[str, Any]
     for line in failed:
         print(f"# FAILED {line}", file=sys.stderr)
     if args.json:
+        from .metadata import provenance
+
         with open(args.json, "w") as f:
-            json.dump({"bytes": args.bytes, "calls": args.calls, "gemm": args.gemm,
+            json.dump({**provenance(), "bytes": args.bytes, "calls": args.calls, "gemm": args.gemm,
                        "gemm_sms": args.gemm_sms, "sm_budget": args.sm_budget,
                        "ranks": [t for t, _ in ranks], "errors": failed}, f, indent=1)
     return 1 if failed else 0

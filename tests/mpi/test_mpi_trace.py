@@ -113,6 +113,10 @@ def test_the_timeline_command_on_the_host(shared_dir, capsys) -> None:
     if world.rank == 0:
         doc = json.loads(path.read_text())
         ranks = doc["ranks"]
+        from mpiring.bench.metadata import provenance
+
+        if {k: doc.get(k) for k in ("mpiring", "commit")} != provenance():
+            problems.append(f"the JSON does not name the code: {doc.get('mpiring')} {doc.get('commit')}")
         if len(ranks) != world.size or doc["errors"]:
             problems.append(f"{len(ranks)} ranks reported, errors {doc['errors']}")
         for r, settings in enumerate(ranks):
