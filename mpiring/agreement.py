@@ -8,10 +8,10 @@ joined (missing: rank 3)"). Only then is the communicator duplicated (``MPI_Comm
 bounded), so the blocking collectives of the rest of set-up start with every rank present.
 
 Each call (:class:`AgreementCheck`) compares one descriptor per rank: a rejection code (its
-rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (``FIELDS``).
+rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (:mod:`mpiring.fields`).
 
 * **One node** (every rank of the communicator shares the node's control board): each rank
-  writes its descriptor into its board line ``AGREE[k % D]`` (``D = 4``) for check ``k``, then
+  writes its descriptor into its board lines ``AGREE[k % D]`` (``D = 4``) for check ``k``, then
   posts ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible
   before the count); it waits, bounded, until every rank's count reaches ``k``, fences, and
   reads every descriptor. No MPI call: what it costs is mostly the wait for the slowest rank.
@@ -51,10 +51,8 @@ from . import descriptor
 from .buffers import Memory
 from .descriptor import Descriptor
 from .errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
-from .ops import Op, dtype_name
-from .signals import AGREE, CALLS, SharedBoard, Waiter
-
-FIELDS = ("count", "dtype", "op", "algorithm", "batches", "memory", "collective")
+from .fields import FIELD_NAMES, FIELDS, SAME
+from .signals import AGREE, AGREE_LINES, CALLS, COUNTER_STRIDE, SharedBoard, Waiter
 
 JOIN_TAG = 0x6D72  # "mr": the set-up rendezvous' messages on the caller's communicator
 SETUP_HINT = ("every rank of the communicator must create the mpiring.Communicator at the same time "
@@ -214,7 +212,7 @@ class AgreementCheck:
         self._lines: list[list[np.ndarray]] | None = None
         self._counts: list[np.ndarray] | None = None
         if use_board and board is not None and self.waiter is not None and board.size == comm.size:
-            self._lines = [[board.lines[r][i] for r in range(board.size)] for i in AGREE]
+            self._lines = [[_descriptor_line(board.lines[r], i) for r in range(board.size)] for i in AGREE]
             self._counts = list(board.counters)
 
     @property
@@ -256,7 +254,9 @@ class AgreementCheck:
         counts, waiter = self._counts, self.waiter
         assert counts is not None and waiter is not None
         try:
-            waiter.until(lambda: all(row[CALLS] >= count for row in counts), self._absent, hint=CHECK_HINT)
+            # A rank that enters any check meanwhile is progress: the clock restarts.
+            waiter.until(lambda: all(row[CALLS] >= count for row in counts), self._absent, hint=CHECK_HINT,
+                         progress=lambda: [int(row[CALLS]) for row in counts])
         except MpiringTimeoutError as err:
             absent = self._absent_ranks()
             err.peer = absent[0] if len(absent) == 1 else None
@@ -302,8 +302,7 @@ class AgreementCheck:
             what = self.names.get("collective", lambda c: "allreduce")(values.get("collective", 1))
             raise RankMismatchError(
                 f"ranks called {what} with different arguments: {'; '.join(diffs)}. Every rank "
-                "must pass the same count, dtype, op, algorithm, batches and memory kind, to the "
-                "same collective"
+                f"must pass the same {SAME}"
             )
 
     def _agree_in_board(self, code: int, values: dict[str, int], algorithm: str | None) -> None:
@@ -375,24 +374,11 @@ class AgreementCheck:
         return f"{head}: {len(absent)} of {of} did not call allreduce ({where})"
 
 
-def describe_field(name: str, code: int) -> str:
-    """How a descriptor field's wire code reads in an error ("float32", not "dtype 2")."""
-    return FIELD_NAMES.get(name, str)(code)
-
-
-def _batches_name(code: int) -> str:
-    return str(code) if code else "default"
-
-
-def _op_name(code: int) -> str:
-    return Op(code).name.lower() if code in Op._value2member_map_ else f"op code {code}"
-
-
-def _memory_name(code: int) -> str:
-    return {0: "host", 1: "GPU"}.get(code, f"memory code {code}")
-
-
-# How each field's wire code reads in an error (read at call time, so defined after its helpers);
-# an AgreementCheck adds the algorithm and collective names it is given.
-FIELD_NAMES: dict[str, Callable[[int], str]] = {
-    "dtype": dtype_name, "op": _op_name, "memory": _memory_name, "batches": _batches_name}
+def _descriptor_line(lines: np.ndarray, first: int) -> np.ndarray:
+    """The words of a rank's board (``lines``: its rows of 8 int64 words) that hold one
+    descriptor, from row ``first`` on: a view, never a copy (writes must reach the board)."""
+    width = 1 + len(FIELDS)  # the rejection code, then the fields
+    assert width <= AGREE_LINES * COUNTER_STRIDE, "the descriptor outgrew its board lines"
+    flat = lines.reshape(-1)
+    assert np.shares_memory(flat, lines), "the board's lines must be one contiguous block"
+    return flat[first * COUNTER_STRIDE:first * COUNTER_STRIDE + width]

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import algorithms
-from .agreement import FIELDS, AgreementCheck, describe_field
+from .agreement import AgreementCheck
 from .algorithms import Collective
 from .errors import PeerArgumentError, RankMismatchError
+from .fields import FIELDS, describe_field
 from .options import GPU_CHECK
 
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -79,8 +78,9 @@ class Communicator:
             call on the host (a debugging aid: errors at the very call). False: off, and a
             rank that calls differently makes its peers wait until the timeout.
             ``MPIRING_CHECK`` (``gpu``, ``host``, ``1``, ``0``) sets the default.
-        timeout: seconds any wait for a peer may take, on the host or the GPU (default
-            ``MPIRING_TIMEOUT`` or 300); GPU failures surface in :meth:`synchronize` or the next call.
+        timeout: seconds any wait for a peer may go without progress, on the host or the GPU
+            (default ``MPIRING_TIMEOUT`` or 300): a call that keeps moving never times out
+            (:mod:`mpiring.timeouts`); GPU failures surface in :meth:`synchronize` or the next call.
         inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
             or ``"auto"`` (default: NCCL where it is installed); host arrays always use MPI.
         sm_budget: the most SMs mpiring's own kernels hold at once per GPU (default
@@ -148,7 +148,7 @@ class Communicator:
 
     @property
     def timeout(self) -> float:
-        """Seconds any wait for a peer may take (the communicator's :class:`TimeoutPolicy`)."""
+        """Seconds any wait for a peer may go without progress (:class:`TimeoutPolicy`)."""
         return self.timeouts.seconds
 
     @property
@@ -284,11 +284,7 @@ class Communicator:
             return False
         self._usable()
         if replay.line is not None:  # the check's post (one node, the row checks on the GPU)
-            self._watch.deadline = time.monotonic() + self.timeout
-            try:
-                self._check.post(replay.line)
-            finally:
-                self._watch.deadline = None
+            self._check.post(replay.line)
         try:
             replay.enqueue()
         except BaseException as err:  # as in _run: peers' sequence numbers no longer match
@@ -302,32 +298,28 @@ class Communicator:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
-        self._watch.deadline = time.monotonic() + self.timeout  # the timeout bounds the whole call
         try:
-            try:
-                prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
-                values.update(prepared.values)
-            except Exception as err:  # any local failure must reach the peers, or they hang
-                rejected = err
-            gpu_check = rejected is None and prepared.row.gpu_check
-            checked = self.check and self.size > 1  # one rank has no one to disagree with
-            if checked:
-                self._check.before(rejected is not None, values, gpu_check)
-            if rejected is not None:
-                raise rejected
-            call = prepared.call
-            if call.recv.count == 0 and not gpu_check:  # (a GPU-checked call of 0 elements
-                return  # still meets its peers, who may have been passed more)
-            try:
-                prepared.run(prepared.backend, call)
-            except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
-                self._fail(err)
-                raise
-            if key is not None:  # later calls of this shape may replay it (mpiring.replay)
-                host_checked = checked and not self._check.posts(gpu_check)
-                self._replays.keep(key, collective, prepared, checked, host_checked)
-        finally:
-            self._watch.deadline = None
+            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
+            values.update(prepared.values)
+        except Exception as err:  # any local failure must reach the peers, or they hang
+            rejected = err
+        gpu_check = rejected is None and prepared.row.gpu_check
+        checked = self.check and self.size > 1  # one rank has no one to disagree with
+        if checked:
+            self._check.before(rejected is not None, values, gpu_check)
+        if rejected is not None:
+            raise rejected
+        call = prepared.call
+        if call.recv.count == 0 and not gpu_check:  # (a GPU-checked call of 0 elements
+            return  # still meets its peers, who may have been passed more)
+        try:
+            prepared.run(prepared.backend, call)
+        except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
+            self._fail(err)
+            raise
+        if key is not None:  # later calls of this shape may replay it (mpiring.replay)
+            host_checked = checked and not self._check.posts(gpu_check)
+            self._replays.keep(key, collective, prepared, checked, host_checked)
         self._check.after()  # after this call is enqueued: what the GPU check found earlier
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,

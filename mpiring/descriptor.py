@@ -7,7 +7,12 @@ its own before it writes any output. The same fields as the host check's
 
     word 0: count
     word 1: dtype | op << 8 | algorithm << 16 | collective << 24 | kind << 32 | memory << 36
-            | min(batches, 0xFFFF) << 40 | itemsize << 56
+            | in_place << 38 | min(batches, 0xFFFF) << 40 | itemsize << 56
+
+``block`` (Reduce_scatter_block's and Allgather's elements per rank) does not travel: with
+``count`` (recvbuf's elements), ``collective`` and ``in_place`` it follows from the rank count,
+which every rank of a node's staging shares. So two calls that differ in their block differ
+in these words too, and the kernels, which compare both words whole, see it.
 
 ``kind`` says what the sender runs: ``CALL`` (a kernel of a GPU-checked row, whose own
 descriptor this is), or a *notice*, the one-block kernel a rank launches instead when its
@@ -27,7 +32,7 @@ KINDS = {CALL: "call", REJECTED: "rejected", DISAGREED: "disagreed"}
 
 # (field, first bit, bits) of word 1; "count" is all of word 0.
 WORD1 = (("dtype", 0, 8), ("op", 8, 8), ("algorithm", 16, 8), ("collective", 24, 8), ("kind", 32, 4),
-         ("memory", 36, 4), ("batches", 40, 16), ("itemsize", 56, 8))
+         ("memory", 36, 2), ("in_place", 38, 2), ("batches", 40, 16), ("itemsize", 56, 8))
 _MAX_BATCHES = (1 << 16) - 1
 
 Descriptor = tuple[int, int]  # (word 0, word 1), each as a signed 64-bit int: a kernel's i64 argument
@@ -35,7 +40,8 @@ Descriptor = tuple[int, int]  # (word 0, word 1), each as a signed 64-bit int: a
 
 def pack(values: Mapping[str, int], itemsize: int, kind: int = CALL) -> Descriptor:
     """The two words of a call with the agreement check's ``values`` (``count``, ``dtype``,
-    ``op``, ``algorithm``, ``collective``, ``memory``, ``batches``), as signed 64-bit ints.
+    ``op``, ``algorithm``, ``collective``, ``memory``, ``in_place``, ``batches``; ``block`` is
+    implied: see the module docstring), as signed 64-bit ints.
 
     ``batches`` saturates at 65535 (a difference above that goes unnoticed on the GPU; the
     rows checked there take no batches)."""

@@ -143,8 +143,13 @@ class Dispatcher:
             backend.check_buffer(send, "sendbuf")
         run = row.runner(collective)
         assert run is not None  # row() refuses a row without this collective
+        # What makes two ranks' calls differ (mpiring.fields). The block collectives'
+        # recvbuf count depends on the placement, so their block and placement travel too: one
+        # rank in place with n * m elements and one out of place with m agree on the count alone.
+        blocks = collective is not Collective.ALLREDUCE
         values = dict(count=recv.count, dtype=dtype_code(recv.dtype), op=int(the_op), algorithm=row.code,
-                      batches=nb or 0, memory=int(recv.memory), collective=int(collective))
+                      batches=nb or 0, memory=int(recv.memory), collective=int(collective),
+                      block=total // self.topology.size if blocks else 0, in_place=int(blocks and in_place))
         if the_op is Op.AVG and collective is not Collective.ALLGATHER:
             check_op_dtype(the_op, recv.dtype)
             if self.topology.size == 1:  # the average of one input is that input: a sum

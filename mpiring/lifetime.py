@@ -37,7 +37,7 @@ def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | N
     agreement = AgreementCheck(self.comm, self.timeout, self.board.shared, algorithms.name_of_code,
                                lambda c: Collective(c).label, groups.node_ranks)
     self._check = CallCheck(agreement, self._fail)
-    board = self.board  # every host wait polls the peers' failure marks and the call's deadline
+    board = self.board  # every host wait polls the peers' failure marks
     self._watch.check = lambda: board.check_peers(self.rank)
     for waiter in (host.waiter, host.transport.waiter, agreement.waiter):
         if waiter is not None:

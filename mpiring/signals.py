@@ -10,9 +10,14 @@ between writing data and posting the counter that announces it, and a reader fen
 seeing the counter and reading the data.
 
 Every wait here is bounded by a timeout (:class:`Waiter`): waits on counters, and waits on
-nonblocking MPI operations (the board's own barriers, the agreement check, set-up). A wait
-that expires raises :class:`~mpiring.errors.MpiringTimeoutError`; what it waited for stays
-pending, so its owner must be treated as failed.
+nonblocking MPI operations (the board's own barriers, the agreement check, set-up). The timeout
+bounds the time a wait goes without progress from the peers it waits on: its clock starts when
+the wait does, and restarts whenever what it watches of them moves (a counter of a peer that
+posts). So a call that keeps moving never times out, however long it takes, and a peer that
+stops is noticed about one timeout after its last move. A nonblocking MPI operation shows no
+progress until it completes: a wait on one is bounded as a whole. A wait that expires raises
+:class:`~mpiring.errors.MpiringTimeoutError`; what it waited for stays pending, so its owner
+must be treated as failed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from mpi4py import MPI
 from .errors import MpiringTimeoutError, PeerFailedError
 
 COUNTER_STRIDE = 8  # int64 words between counters: one 64-byte line each
-NUM_COUNTERS = 16
+NUM_COUNTERS = 20
 HEADER_BYTES = NUM_COUNTERS * COUNTER_STRIDE * 8
 PAYLOAD_ALIGN = 4096
 
@@ -44,8 +49,10 @@ CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY
 CLOSE_READY, ABANDONED = 1, 2
 FAILED = 10  # nonzero once this rank's communicator failed (by this rank): peers stop at once
 # Not counters: whole 64-byte lines holding this rank's descriptor of agreement check k in
-# line AGREE[k % 4] (8 int64 words: mpiring.agreement), written before CALLS announces k.
-AGREE = (11, 12, 13, 14)
+# lines AGREE[k % 4] .. AGREE[k % 4] + AGREE_LINES - 1 (16 int64 words, of which
+# mpiring.agreement uses 1 + len(FIELDS)), written before CALLS announces k.
+AGREE_LINES = 2
+AGREE = (11, 13, 15, 17)
 
 ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
 ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close
@@ -159,13 +166,11 @@ class SharedBoard:
 
 
 class Watch:
-    """What every wait of one communicator also watches (shared by its waiters): the deadline
-    of the call in progress (None between calls), so that the timeout bounds a whole call, and
-    ``check``, which raises if a peer marked the communicator failed (polled about every
-    millisecond or less of waiting)."""
+    """What every wait of one communicator also watches (shared by its waiters): ``check``,
+    which raises if a peer marked the communicator failed (polled about every millisecond or
+    less of waiting), so that a rank stops at once when a peer gave up, not a timeout later."""
 
     def __init__(self, check: Callable[[], None] | None = None) -> None:
-        self.deadline: float | None = None
         self.check = check
 
 
@@ -178,8 +183,10 @@ class Waiter:
         self.watch: Watch | None = None
 
     def until(self, ready: Callable[[], bool], what: Callable[[], str], *, peer: int | None = None,
-              hint: str = PEER_HINT) -> None:
-        """Return once ``ready()`` is true; raise :class:`MpiringTimeoutError` after the timeout.
+              hint: str = PEER_HINT, progress: Callable[[], object] | None = None) -> None:
+        """Return once ``ready()`` is true; raise :class:`MpiringTimeoutError` once the wait has
+        gone the timeout without progress: since it began, or since ``progress()`` (what the
+        awaited peers have done so far, e.g. their counters; compared with ``!=``) last changed.
 
         ``what()`` (called only on expiry) says what was awaited; ``peer`` is the rank awaited,
         when there is one.
@@ -187,9 +194,8 @@ class Waiter:
         if ready():
             return
         deadline = time.monotonic() + self.timeout
+        seen = progress() if progress is not None else None
         watch = self.watch
-        if watch is not None and watch.deadline is not None:  # the call's deadline, if sooner
-            deadline = min(deadline, watch.deadline)
         spins = 0
         while not ready():
             spins += 1
@@ -200,19 +206,26 @@ class Waiter:
             if spins % 64 == 0:
                 if watch is not None and watch.check is not None:
                     watch.check()  # a peer that failed: raise now, not at the timeout
-                if time.monotonic() > deadline and not ready():  # (a stall may end)
+                now = time.monotonic()
+                if progress is not None:
+                    moved = progress()
+                    if moved != seen:  # the peers moved: the clock restarts
+                        seen, deadline = moved, now + self.timeout
+                if now > deadline and not ready():  # (a stall may end)
                     raise MpiringTimeoutError(self.rank, self.timeout, what(), peer=peer, hint=hint)
 
     def counter_at_least(self, board: SharedBoard, rank: int, index: int, target: int,
                          what: Callable[[], str], *, peer: int | None = None) -> None:
-        """Wait until counter ``index`` of ``rank`` reaches ``target``, then fence."""
+        """Wait until counter ``index`` of ``rank`` reaches ``target``, then fence. Any move of
+        the counter short of ``target`` is progress (restarts the clock)."""
         row = board.counters[rank]
-        self.until(lambda: row[index] >= target, what, peer=peer)
+        self.until(lambda: row[index] >= target, what, peer=peer, progress=lambda: int(row[index]))
         board.fence()
 
     def request(self, request: MPI.Request, what: Callable[[], str], *, hint: str = PEER_HINT,
                 buffers: tuple = ()) -> None:
         """Wait for a nonblocking MPI operation, polling it (which also drives MPI's progress).
+        MPI shows nothing of an operation until it completes, so the timeout bounds it whole.
 
         On expiry the operation stays pending: MPI cannot cancel a collective, so the caller
         must never start another collective on that communicator. The request and its

@@ -2,12 +2,13 @@
 
 The GPU watchdog reads a stuck rank's ring flags and asks :func:`stall_error` which wait they
 do not satisfy; the host pipeline uses :func:`locate` to say where a timed-out wait happened.
-No MPI, no device.
+When a call is stuck is :class:`ProgressClock`'s rule: once it has gone the timeout without
+progress. No MPI, no device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from .errors import MpiringTimeoutError
 from .schedule import FIRST_SEQ, SLOTS, RingPlan, Transfer, rank_script
@@ -63,3 +64,41 @@ def stall_error(plan: RingPlan, rank: int, base: int, full: tuple[int, int], fre
                                   f"(seq {seq})", peer=name[prv], hint=hint)
     locate(err, plan, tr, is_send, seq)
     return err
+
+
+class ProgressClock:
+    """The clock of a wait that the timeout bounds by its time without progress, for a watcher
+    that sees what the awaited peers did only when it looks (the GPU watchdog reads a ring
+    call's flags, which its peers write as they move).
+
+    The clock starts at ``now``. :meth:`due`: time to look, every ``timeout / samples`` and once
+    the timeout is up (a last look before giving up). :meth:`saw` records a look: a change from
+    the last look restarts the clock; the first look counts as one (the call may have moved
+    before it), and ``None`` (nothing could be seen) never does. :meth:`expired`: the timeout
+    has passed since the last change seen. So a watcher that gives up only when a look finds
+    nothing new and :meth:`expired` holds never gives up on a wait that moved within the
+    timeout, and gives up at most ``timeout * (1 + 1 / samples)`` (plus its own polling
+    interval) after the last move.
+    """
+
+    def __init__(self, timeout: float, now: float, samples: int = 4) -> None:
+        self.timeout, self.period = timeout, timeout / samples
+        self.moved = self.looked = now
+        self.seen: Hashable | None = None
+        self._looked_before = False
+
+    def due(self, now: float) -> bool:
+        """Whether to look now."""
+        return now - self.looked >= self.period or self.expired(now)
+
+    def saw(self, state: Hashable | None, now: float) -> bool:
+        """Record a look at ``now`` that saw ``state``; True if that is progress."""
+        self.looked = now
+        if state is None or (self._looked_before and state == self.seen):
+            return False
+        self.seen, self.moved, self._looked_before = state, now, True
+        return True
+
+    def expired(self, now: float) -> bool:
+        """Whether the timeout has passed since the last progress seen (or the start)."""
+        return now - self.moved > self.timeout

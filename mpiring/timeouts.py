@@ -1,5 +1,25 @@
 """The communicator's timeout policy: one object, validated once, handed to everything that
-waits for a peer (host waits, MPI set-up steps, the GPU watchdog, the kernels' clocks)."""
+waits for a peer (host waits, MPI set-up steps, the GPU watchdog, the kernels' clocks).
+
+What the timeout bounds, on every path: the time a wait goes without progress from the peer
+(or peers) it waits on. A wait's clock starts when the wait does and restarts whenever it sees
+its peer move, so a call that keeps moving never times out, however long it takes, and a peer
+that stops (crashed, hung, gone elsewhere) is noticed about one timeout after its last move:
+
+* host: each wait on a peer's counter in shared memory (the ring's slots; the agreement check,
+  where any rank's arrival is progress) restarts at every move it sees (``Waiter.until``);
+* GPU: each barrier and line wait of the one-shot, two-shot and oneshot-ll kernels times itself
+  from its start, and a oneshot-ll line that arrives restarts the next wait's clock
+  (``csrc/sync.cuh``, ``csrc/agree.cuh``); the ring's watchdog reads the call's flags every
+  quarter timeout, and a change restarts the call's clock (:mod:`mpiring.cuda.watchdog`);
+* what shows no progress until it completes is bounded as a whole: a nonblocking MPI operation
+  mpiring polls (set-up steps, the agreement check across nodes, ``hier``'s steps between
+  nodes), and the event-signalled ring's work on the GPU (``ring-events``: no flags to read).
+
+Not bounded: the ``mpi`` row (one blocking ``MPI_Allreduce``, which nothing outside it can
+time or interrupt) and NCCL's own calls; with the agreement check on, the bounded check before
+them catches a rank that does not come.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +36,8 @@ ENV = "MPIRING_TIMEOUT"
 
 @dataclass(frozen=True)
 class TimeoutPolicy:
-    """How long any wait for a peer may take, in seconds (finite and positive)."""
+    """How long any wait for a peer may go without progress from it, in seconds (finite and
+    positive): see the module docstring."""
 
     seconds: float = DEFAULT_SECONDS
 

@@ -13,7 +13,8 @@ from mpiring.agreement import FIELDS, AgreementCheck, all_ranks, join
 from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
 from mpiring.signals import COUNTER_STRIDE, NUM_COUNTERS
 
-GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1}
+GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1,
+        "block": 0, "in_place": 0}
 
 
 class ThreadComm:
@@ -105,6 +106,36 @@ def test_one_rank_disagrees(field: str, odd: int) -> None:
             assert f"{other} (this rank" not in str(err)
 
 
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_one_rank_disagrees_in_the_board(field: str, size: int) -> None:
+    """The one-node check (descriptors in the board's lines) sees a difference in every field,
+    the last ones too (a descriptor spans two of the board's 64-byte lines)."""
+    shared = {"box": [None] * size, "lock": threading.Lock()}
+    lines = board_lines(size)
+    odd = size - 1
+
+    def call(r: int) -> None:
+        check = AgreementCheck(PolledComm(r, size, shared), 5.0, FakeBoard(r, size, lines), use_board=True)
+        assert check.posts  # the board path, not the allreduce
+        check.run(False, dict(GOOD, **{field: GOOD[field] + (1 if r == odd else 0)}))
+
+    for r, err in enumerate(in_threads(list(range(size)), size, call)):
+        assert isinstance(err, RankMismatchError), f"rank {r}: {err!r}"
+        assert f"{field} (this rank" in str(err)
+        assert [f for f in FIELDS if f"{f} (this rank" in str(err)] == [field]
+
+
+def test_block_collective_errors_say_the_placement_rule() -> None:
+    """A placement mismatch reads as MPI.IN_PLACE against out of place, with MPI's rule."""
+    values = [dict(GOOD, collective=2, block=400, in_place=1), dict(GOOD, collective=2, block=400)]
+    for err in run_ranks([False, False], values):
+        assert isinstance(err, RankMismatchError)
+        assert "in_place (this rank" in str(err) and "others from out of place to MPI.IN_PLACE)" in str(err)
+        assert "MPI.IN_PLACE on every rank or on none, as MPI requires" in str(err)
+        assert "block (this rank" not in str(err)
+
+
 def test_several_fields_disagree() -> None:
     """Every disagreeing field is listed."""
     values = [dict(GOOD), dict(GOOD, count=5, op=3)]
@@ -152,7 +183,7 @@ class PolledRequest:
 
 
 class FakeBoard:
-    """A node's control board as SharedBoard lays it out (per rank: 16 lines of 8 int64 words,
+    """A node's control board as SharedBoard lays it out (per rank: NUM_COUNTERS lines of 8 int64 words,
     counters in word 0), in process memory shared by the threads that stand in for ranks."""
 
     def __init__(self, rank: int, size: int, lines: list[np.ndarray]) -> None:

@@ -106,6 +106,30 @@ def test_the_descriptor_layout_matches_agree_cuh() -> None:
         assert found == (shift, int(mask, 16)) == (shift, (1 << bits) - 1)
 
 
+def test_agree_cuh_spells_out_word_1_as_the_descriptor_packs_it() -> None:
+    """agree.cuh's "word 1:" line lists descriptor.WORD1 field by field (name, first bit, bits);
+    tests/test_status.py checks that the fields fill the word without overlapping."""
+    from mpiring import descriptor
+
+    line = re.search(r"^// word 1: (.+)$", sources.read("agree.cuh"), re.M)
+    assert line is not None
+    spelled = [(name, int(shift), int(bits)) for name, shift, bits in
+               re.findall(r"(\w+) (\d+):(\d+)", line.group(1))]
+    assert spelled == [tuple(f) for f in descriptor.WORD1]
+
+
+def test_the_descriptor_tells_blocks_and_placements_apart() -> None:
+    """Two ranks' Reduce_scatter_block calls that differ only in their block or placement (equal
+    recvbuf counts) pack to different words: the kernels, which compare whole words, see it."""
+    from mpiring import descriptor
+
+    base = {"count": 1200, "dtype": 2, "op": 1, "algorithm": 1, "collective": 2, "memory": 1}
+    in_place = descriptor.pack(dict(base, in_place=1, block=400), 4)
+    out_of_place = descriptor.pack(dict(base, in_place=0, block=1200), 4)
+    assert in_place != out_of_place
+    assert descriptor.unpack(in_place)["in_place"] == 1 and descriptor.unpack(out_of_place)["in_place"] == 0
+
+
 def test_kind_codes_name_their_algorithms() -> None:
     """KINDS (what status_error names) maps each ST_KIND_* code to its algorithm, and status.py
     re-exports the contract's values rather than keeping its own."""

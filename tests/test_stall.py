@@ -1,4 +1,5 @@
-"""Where a GPU ring call is stuck, from its flags: ``stall.ring_stall`` and ``stall_error``.
+"""Where a GPU ring call is stuck, from its flags: ``stall.ring_stall`` and ``stall_error``;
+and when it is: ``stall.ProgressClock`` (the timeout bounds the time without progress).
 
 The watchdog reads this rank's two FULL flags (written by the previous rank after each copy into
 our slot) and two FREE flags (written by the next rank after each fold of its slot) and asks
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from mpiring.errors import MpiringTimeoutError
 from mpiring.schedule import FIRST_SEQ, RingPlan, Transfer, rank_script
-from mpiring.stall import ring_stall, stall_error
+from mpiring.stall import ProgressClock, ring_stall, stall_error
 
 HINT = "the hint of the watchdog"
 
@@ -242,3 +243,47 @@ def test_stall_error_without_a_stall(plan_rank: tuple[RingPlan, int], base: int)
     assert f"in the ring algorithm, transfers seq {base}..{huge - 1}," in message
     assert "waiting for rank" not in message
     assert message.startswith(f"rank {rank} timed out after 2 s")
+
+
+def watch(moves: list[float], end: float, timeout: float, samples: int, poll: float,
+          blind: bool = False) -> float | None:
+    """A watcher as the GPU watchdog runs one: every ``poll`` s it looks when the clock says so
+    (seeing how many ``moves`` happened so far, or nothing if ``blind``) and gives up on a look
+    that saw nothing new once the clock expired; when it gave up, or None by ``end``."""
+    clock = ProgressClock(timeout, 0.0, samples)
+    for i in range(int(end / poll) + 1):
+        now = i * poll
+        if clock.due(now):
+            seen = None if blind else sum(1 for m in moves if m <= now)
+            if not clock.saw(seen, now) and clock.expired(now):
+                return now
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.01, 1.6), min_size=0, max_size=30), st.sampled_from([1, 2, 4, 8]))
+def test_the_clock_gives_up_only_after_a_timeout_without_progress(gaps: list[float], samples: int) -> None:
+    """Moves spaced by ``gaps`` (timeouts of 1), then none: the watcher never gives up within a
+    timeout of a move (nor of the start), and gives up at most timeout * (1 + 1 / samples),
+    plus a poll, after the last move it could see before."""
+    timeout, poll = 1.0, 0.01
+    moves = [sum(gaps[:i + 1]) for i in range(len(gaps))]
+    end = (moves[-1] if moves else 0.0) + 3 * timeout
+    fired = watch(moves, end, timeout, samples, poll)
+    assert fired is not None, "a stall of three timeouts was never noticed"
+    last = max([0.0, *(m for m in moves if m <= fired)])
+    assert fired - last > timeout, f"gave up {fired - last:.3f} s after a move"
+    latest = last + timeout * (1 + 1 / samples) + 2 * poll
+    assert fired <= latest, f"gave up {fired - last:.3f} s after the last move"
+
+
+def test_a_call_that_keeps_moving_is_never_given_up() -> None:
+    """A move every 0.9 timeouts for 50 timeouts: never given up (the whole-call bound of
+    before would have given up at 1)."""
+    assert watch([0.9 * k for k in range(1, 56)], 50.0, 1.0, 4, 0.01) is None
+
+
+def test_a_watcher_that_sees_nothing_gives_up_one_timeout_after_the_start() -> None:
+    """Nothing to see (the event-signalled ring; flags that cannot be read): bounded as a whole."""
+    fired = watch([0.5, 1.0, 1.5], 10.0, 1.0, 4, 0.01, blind=True)
+    assert fired is not None and 1.0 < fired <= 1.02

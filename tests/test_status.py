@@ -150,7 +150,8 @@ def test_unknown_kind_times_out_as_unknown() -> None:
 FIELDS = st.fixed_dictionaries({
     "count": st.integers(0, (1 << 63) - 1), "dtype": st.sampled_from(sorted(DTYPE_BY_CODE)),
     "op": st.sampled_from([int(op) for op in Op]), "algorithm": st.integers(1, 255),
-    "collective": st.integers(1, 3), "memory": st.integers(0, 1), "batches": st.integers(0, 1 << 20)})
+    "collective": st.integers(1, 3), "memory": st.integers(0, 1), "in_place": st.integers(0, 1),
+    "batches": st.integers(0, 1 << 20)})
 
 
 @given(FIELDS, st.sampled_from([1, 2, 4, 8]), st.sampled_from(sorted(descriptor.KINDS)))

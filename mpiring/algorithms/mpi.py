@@ -1,5 +1,9 @@
 """``mpi``: ``MPI.Allreduce`` (``Reduce_scatter_block``, ``Allgather``) on host arrays, the host
-baseline, on any number of nodes."""
+baseline, on any number of nodes.
+
+One blocking MPI call, MPI's own algorithm (a polled nonblocking one would run another): the
+timeout does not bound it, since nothing outside it can see its progress or interrupt it. The
+agreement check before it is bounded, and catches a rank that does not come."""
 
 from __future__ import annotations
 

@@ -318,8 +318,9 @@ class GpuBackend(Backend):
     def synchronize(self) -> None:
         """Wait until this rank's calls on this communicator have finished on the GPU.
 
-        Bounded: the watchdog and the kernels' own clocks end every wait for a peer within the
-        timeout; past :attr:`TimeoutPolicy.drain_seconds` this raises.
+        Bounded: the watchdog and the kernels' own clocks end every wait for a peer that goes
+        the timeout without progress; past :attr:`TimeoutPolicy.drain_seconds` without a ring
+        call finishing (progress: the clock restarts), this raises.
         """
         from ..cuda.watchdog import NOT_READY
 
@@ -329,8 +330,10 @@ class GpuBackend(Backend):
             self._rt.eventRecord(self._sync_event, ptr)
             waiter.until(lambda: self._rt.eventQuery(self._sync_event) != NOT_READY,
                          lambda: "this rank's GPU work on the communicator to finish",
-                         hint="work queued ahead of it on the stream is slow, or the GPU hangs")
-        waiter.until(self.watchdog.idle, lambda: "the watchdog to retire this rank's ring calls")
+                         hint="work queued ahead of it on the stream is slow, or the GPU hangs",
+                         progress=lambda: self.watchdog.retired)
+        waiter.until(self.watchdog.idle, lambda: "the watchdog to retire this rank's ring calls",
+                     progress=lambda: self.watchdog.retired)
 
     def close(self, abandon: bool = False) -> MpiringError | None:
         """Collective (bounded): drain this rank's GPU work, then unmap and free. Returns the

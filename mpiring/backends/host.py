@@ -117,7 +117,8 @@ class HostBackend(Backend):
                             buffers=(recv.array,))
 
     def _inter(self, comm: MPI.Intracomm, data: np.ndarray, op, what: str) -> None:
-        """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout."""
+        """``MPI_Allreduce`` in place on ``comm``, polled so that it is bounded by the timeout
+        (as a whole: MPI shows no progress inside it)."""
         if comm.size == 1 or data.size == 0:
             return
         request = comm.Iallreduce(MPI.IN_PLACE, data, op=mpi_op(op, data.dtype))

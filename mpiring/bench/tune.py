@@ -160,8 +160,8 @@ def build_parser(prog: str = "python -m mpiring.bench.tune",
     p.add_argument("--reps", type=int_at_least(1), default=5, metavar="N",
                    help="timed repetitions per point; the median counts (default 5)")
     p.add_argument("--timeout", type=positive_float, metavar="S",
-                   help="seconds mpiring waits for a peer before raising (default: "
-                        "MPIRING_TIMEOUT or 300)")
+                   help="seconds a wait of mpiring's may go without progress from its peer "
+                        "before it raises (default: MPIRING_TIMEOUT or 300)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="colours and live progress bar (as in mpiring.bench)")
     return p

@@ -112,7 +112,8 @@ def skipped_error(words: Sequence[int], rank: int, raised: int,
             theirs["kind"] == descriptor.DISAGREED else ""
         diffs = [f"{field} (this rank {describe(field, mine[field])}, rank {peer} "
                  f"{describe(field, theirs[field])})"
-                 for field in ("count", "dtype", "op", "algorithm", "collective", "batches", "memory")
+                 for field in ("count", "dtype", "op", "algorithm", "collective", "batches", "memory",
+                               "in_place")
                  if mine[field] != theirs[field]]
         err = RankMismatchError(
             f"rank {rank}: ranks called allreduce with different arguments, found on the GPU by the "

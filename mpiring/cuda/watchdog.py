@@ -7,10 +7,15 @@
   can exit. The abort words go first, on one stream, each write behind a system-wide fence:
   work a release lets through always sees the abort.
 * :class:`Watchdog`: the ring's waits are stream memory operations the GPU executes, which
-  nothing on the GPU can time out. A thread follows each ring call through two events; once
-  the call has run on the GPU for longer than the timeout, it reads this rank's flags to find
-  the late peer and step, records the error, and aborts. (The one-shot and two-shot kernels
-  time out by themselves: their barriers read the GPU clock.)
+  nothing on the GPU can time out. A thread follows each ring call through two events. The
+  timeout bounds the time a call goes without progress, as every wait's does: while a call
+  runs, the thread reads this rank's ring flags (which its peers write as they move) every
+  ``timeout / SAMPLES``; a change restarts the call's clock. Once the flags have not changed
+  for the timeout, it finds the late peer and step from them, records the error, and aborts.
+  So a long call that keeps moving never fails, and a stall is noticed within about
+  ``(1 + 1 / SAMPLES)`` timeouts. The event-signalled ring has no flags: its GPU work is
+  bounded as a whole, from when it starts on the GPU (its host waits see progress). (The
+  one-shot and two-shot kernels time out by themselves: their waits read the GPU clock.)
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import numpy as np
 
 from ..errors import MpiringError, MpiringTimeoutError
 from ..schedule import RingPlan
-from ..stall import stall_error
+from ..stall import ProgressClock, stall_error
 from .contract import MM_COUNT
 from .layout import StagingLayout
 from .memops import StreamMemOps
@@ -39,6 +44,7 @@ log = logging.getLogger(__name__)
 NOT_READY = 600  # cudaErrorNotReady, what cudaEventQuery returns for work still running
 RELEASE_BYTE = 0x3F  # flags become 0x3F3F...3F: beyond any sequence number, positive as int64
 POLL = 0.005  # seconds between the watchdog's looks at the oldest ring call
+SAMPLES = 4  # reads of a running call's flags per timeout (progress restarts its clock)
 DEPTH = 64  # ring calls followed at once; a 65th waits for the oldest (bounded by the watchdog)
 
 
@@ -85,17 +91,21 @@ def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> 
         cupy.cuda.runtime.memsetAsync(staging.addr(me, offset), RELEASE_BYTE, nbytes, stream)
 
 
+Flags = tuple[tuple[int, int], tuple[int, int]]  # (full[0], full[1]), (free[0], free[1])
+
+
 @dataclass
 class _Call:
     start: int  # event recorded on the caller's stream before the call
     end: int  # ... and after it
     plan: RingPlan | None  # None: a call of the event-signalled ring (no flags to diagnose)
     base: int  # sequence number of its first transfer
-    started: float | None = None  # when the watchdog first saw it running
+    clock: ProgressClock | None = None  # from when the watchdog first saw it running
 
 
 class Watchdog:
-    """Follows this rank's ring calls; aborts the communicator when one outlives the timeout."""
+    """Follows this rank's ring calls; aborts the communicator when one goes the timeout
+    without progress (module docstring)."""
 
     def __init__(self, device_id: int, staging, memops: StreamMemOps, timeout: float,
                  names: Sequence[int] | None = None) -> None:
@@ -111,7 +121,12 @@ class Watchdog:
         self.error: MpiringError | None = None  # set once, by the watchdog thread
         self._rescue = cupy.cuda.Stream(non_blocking=True)  # never blocked by the ring's streams
         LIVE["streams"] += 1
-        self._flags = np.zeros(64, dtype=np.int64)  # a copy of control words [0, 512)
+        # A copy of control words [0, 512), in pinned memory: the copy into it is asynchronous,
+        # so a read whose stream is blocked cannot block this thread (it is bounded below).
+        self._flags_ptr = rt.hostAlloc(64 * 8, 0)
+        LIVE["host_status"] += 1  # (pinned host blocks)
+        self._flags = np.ctypeslib.as_array((ctypes.c_int64 * 64).from_address(self._flags_ptr))
+        self.retired = 0  # ring calls finished so far: progress, for a drain that waits on them
         self._free: list[tuple[int, int]] = []
         for _ in range(DEPTH):
             pair = (rt.eventCreateWithFlags(rt.eventDisableTiming),
@@ -130,7 +145,8 @@ class Watchdog:
 
     def events(self) -> tuple[int, int]:
         """A (start, end) event pair for the next ring call; waits while DEPTH calls are in
-        flight (they finish, or are released by this watchdog, within the timeout)."""
+        flight (they finish, or this watchdog releases them once one goes the timeout without
+        progress)."""
         with self._cond:
             while not self._free:
                 if not self._thread.is_alive():
@@ -168,6 +184,9 @@ class Watchdog:
         if not drained:
             return
         self._rescue.synchronize()
+        self._flags = None
+        self._rt.freeHost(self._flags_ptr)
+        LIVE["host_status"] -= 1
         with self._cond:
             pairs = self._free + [(call.start, call.end) for call in self._pending]
             self._free, self._pending = [], deque()
@@ -204,19 +223,44 @@ class Watchdog:
                 with self._cond:
                     self._pending.popleft()
                     self._free.append((call.start, call.end))
+                    self.retired += 1
                     self._cond.notify_all()
                 continue
             now = time.monotonic()
-            if call.started is None:
+            if call.clock is None:
                 if self._rt.eventQuery(call.start) != NOT_READY:
-                    call.started = now
-            elif now - call.started > self.timeout and self.error is None:
-                self._fire(call)
+                    call.clock = ProgressClock(self.timeout, now, SAMPLES)  # it runs: the clock starts
+            elif self.error is None and call.clock.due(now):
+                flags = self._read(call)
+                # Fire only on a look that saw nothing new once the timeout is up.
+                if not call.clock.saw(flags, time.monotonic()) and call.clock.expired(now):
+                    self._fire(call, flags)
             time.sleep(POLL)
 
-    def _fire(self, call: _Call) -> None:
-        """The call outlived the timeout: find the late peer from our flags, then abort."""
+    def _read(self, call: _Call) -> Flags | None:
+        """This rank's ring flags now (written by its peers as the call moves), or None: a call
+        of the event ring (no flags), or a read that did not complete within a second."""
+        if call.plan is None:
+            return None
         rt, lay = self._rt, self.layout
+        rt.memcpyAsync(self._flags_ptr, self.staging.addr(self.rank, 0), self._flags.nbytes,
+                       rt.memcpyDeviceToHost, self._rescue.ptr)
+        # The rescue stream never waits on a flag, but may share a hardware queue with one that
+        # does (more streams than CUDA_DEVICE_MAX_CONNECTIONS): so the read is bounded too.
+        deadline = time.monotonic() + 1.0
+        while rt.streamQuery(self._rescue.ptr) == NOT_READY and time.monotonic() < deadline:
+            time.sleep(POLL / 5)
+        if rt.streamQuery(self._rescue.ptr) != 0:
+            return None
+        words = self._flags
+        full = (int(words[lay.ring_full(0) // 8]), int(words[lay.ring_full(1) // 8]))
+        free = (int(words[lay.ring_free(0) // 8]), int(words[lay.ring_free(1) // 8]))
+        return full, free
+
+    def _fire(self, call: _Call, flags: Flags | None) -> None:
+        """The call went the timeout without progress: name the late peer from ``flags`` (what
+        :meth:`_read` just saw), then abort."""
+        lay = self.layout
         if call.plan is None:  # the event ring: its GPU waits are on events, not on our flags
             self.error = MpiringTimeoutError(
                 self.me, self.timeout, "the event-signalled ring call to finish on the GPU (a "
@@ -224,17 +268,8 @@ class Watchdog:
             ).locate("in the ring-events algorithm", algorithm="ring-events", seq=call.base)
             abort(self.staging, lay, self.memops, self._rescue.ptr)
             return
-        rt.memcpyAsync(self._flags.ctypes.data, self.staging.addr(self.rank, 0), self._flags.nbytes,
-                       rt.memcpyDeviceToHost, self._rescue.ptr)
-        # The rescue stream never waits on a flag, but may share a hardware queue with one that
-        # does (more streams than CUDA_DEVICE_MAX_CONNECTIONS): so the read is bounded too.
-        deadline = time.monotonic() + 1.0
-        while rt.streamQuery(self._rescue.ptr) == NOT_READY and time.monotonic() < deadline:
-            time.sleep(POLL / 5)
-        if rt.streamQuery(self._rescue.ptr) == 0:
-            words = self._flags
-            full = tuple(int(words[lay.ring_full(k) // 8]) for k in range(2))
-            free = tuple(int(words[lay.ring_free(k) // 8]) for k in range(2))
+        if flags is not None:
+            full, free = flags
             self.error = stall_error(call.plan, self.rank, call.base, full, free, self.timeout,
                                      ABORT_HINT, self.names)
         else:

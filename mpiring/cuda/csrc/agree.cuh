@@ -32,7 +32,8 @@
 // sees a header of another call (a late duplicate of call c's: see post_descriptor). The same argument
 // keeps oneshot-ll's data lines empty between calls, skipped calls included (step 2 clears them).
 //
-// No wait is unbounded: every wait polls the clock and the abort word (give_up, sync.cuh).
+// No wait is unbounded: every wait polls the clock and the abort word (give_up, sync.cuh), and
+// gives up once it has gone the timeout without progress (a line that arrives restarts it).
 #ifndef MPIRING_AGREE_CUH
 #define MPIRING_AGREE_CUH
 
@@ -42,7 +43,12 @@
 
 typedef unsigned int u32;
 
-// Descriptor word 1 (mpiring/descriptor.py): the fields the kernels read.
+// A call's descriptor (mpiring/descriptor.py): word 0 is its count; word 1 packs, by (first
+// bit:bits), the fields below (tests/test_cuda_contract.py checks this line against the Python):
+// word 1: dtype 0:8, op 8:8, algorithm 16:8, collective 24:8, kind 32:4, memory 36:2, in_place 38:2, batches 40:16, itemsize 56:8
+// agree() compares both words whole, so every field takes part in the check, also those no
+// kernel reads (the block of Reduce_scatter_block and Allgather follows from count, collective
+// and in_place). The fields the kernels read:
 #define DESC_ALGORITHM(d1) ((int)(((d1) >> 16) & 0xff))
 #define DESC_KIND(d1) ((int)(((d1) >> 32) & 0xf))
 #define DESC_ITEMSIZE(d1) ((long long)(((d1) >> 56) & 0xff))
@@ -73,7 +79,9 @@ __device__ __forceinline__ u64* header_of(const Ctl* c, int at, int par, int src
 }
 
 // Wait until the line at p carries `flag` in both halves; returns its 8 payload bytes, or
-// sets *stop (the communicator was aborted, or this wait timed out: see give_up).
+// sets *stop (the communicator was aborted, or this wait timed out: see give_up). The timeout
+// bounds the time without progress: a thread's waits share *since, and a line that arrives is
+// progress, so the next wait's clock starts afresh (0: stamped at its first check).
 __device__ __forceinline__ u64 wait_line(const Ctl* c, const u64* p, u32 flag, int kind, int src, u64 call,
                                          u64* since, bool* stop, int step = 0) {
   u64 a, b;
@@ -82,6 +90,7 @@ __device__ __forceinline__ u64 wait_line(const Ctl* c, const u64* p, u32 flag, i
     if ((u32)(a >> 32) == flag && (u32)(b >> 32) == flag) break;
     if (spins % 256 == 0 && give_up(c, since, kind, src, call, step)) { *stop = true; return 0; }
   }
+  *since = 0;  // progress: the clock restarts with the next wait
   return (a & 0xffffffffull) | (b << 32);
 }
 

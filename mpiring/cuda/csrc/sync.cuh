@@ -17,10 +17,12 @@ __device__ __forceinline__ u64 clock_ns() {
   u64 t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t;
 }
 
-// Called every few hundred spins of a wait for rank `peer`, which began at *since (0: not yet
-// stamped). Returns true if the wait must stop: a peer aborted the communicator (reported as
-// ST_ABORTED), or the wait outlived the timeout (reported as ST_TIMED_OUT naming `peer`, and
-// this rank aborts every rank's kernels by writing 1 + rank into their abort words).
+// Called every few hundred spins of a wait for rank `peer`, which began, or last saw its peer
+// progress, at *since (0: not yet stamped; a caller that sees progress sets it back to 0, as
+// agree.cuh's wait_line does). Returns true if the wait must stop: a peer aborted the
+// communicator (reported as ST_ABORTED), or the wait went the timeout without progress
+// (reported as ST_TIMED_OUT naming `peer`, and this rank aborts every rank's kernels by writing
+// 1 + rank into their abort words).
 __device__ __forceinline__ bool give_up(const Ctl* c, u64* since, int kind, long long peer, u64 seq, int step) {
   const u64 by = *(const volatile u64*)c->aborts[c->rank];
   if (by) { report((long long*)c->status, ST_ABORTED, kind, (long long)by - 1, seq, step); return true; }

@@ -25,8 +25,9 @@ Scenarios (``VICTIM`` is the faulty rank; the communicator's timeout is ``MPIRIN
 * ``fold-raise``: the victim's 5th fold of call 2 raises (issue 17: peers must stop at once).
 * ``sigint``: the victim gets SIGINT (Ctrl-C) at its 10th send of call 2.
 * ``seterr``: the victim runs under ``np.seterr(all="raise")``; call 2 overflows float16.
-* ``late``: the victim enters call 2 0.9 timeouts late, then stalls at its 10th send: the
-  timeout bounds the whole call on its peers, not each wait.
+* ``late``: the victim enters call 2 0.9 timeouts late, then stalls at its 10th send: its
+  peers raise about one timeout after the stall (the timeout bounds the time without
+  progress), not one timeout after the call began.
 """
 
 from __future__ import annotations
