@@ -12,9 +12,12 @@ that stops (crashed, hung, gone elsewhere) is noticed about one timeout after it
   from its start, and a oneshot-ll line that arrives restarts the next wait's clock
   (``csrc/sync.cuh``, ``csrc/agree.cuh``); the ring's watchdog reads the call's flags every
   quarter timeout, and a change restarts the call's clock (:mod:`mpiring.cuda.watchdog`);
+  ``ring-events`` has no flags: its host waits see each step, and once a call is all enqueued
+  the watchdog sees only those waits' counters move (a peer still enqueueing), else the call's
+  GPU work has one timeout to finish;
 * what shows no progress until it completes is bounded as a whole: a nonblocking MPI operation
   mpiring polls (set-up steps, the agreement check across nodes, ``hier``'s steps between
-  nodes), and the event-signalled ring's work on the GPU (``ring-events``: no flags to read).
+  nodes).
 
 Not bounded: the ``mpi`` row (one blocking ``MPI_Allreduce``, which nothing outside it can
 time or interrupt) and NCCL's own calls; with the agreement check on, the bounded check before

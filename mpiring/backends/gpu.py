@@ -192,8 +192,13 @@ class GpuBackend(Backend):
             raise
         self._rt.eventRecord(pair[1], stream.ptr)
         # The watchdog diagnoses a stall of the memops ring from its flags; the event ring has
-        # no flags to read (its host waits name the late peer themselves).
-        self.watchdog.watch(pair, plan if not events else None, base)
+        # no flags to read (its host waits name the late peer themselves): it watches the
+        # counters of the event ring's host waits for progress instead.
+        if events:
+            assert self._events_ring is not None  # made by _event_pipeline() above
+            self.watchdog.watch(pair, None, base, self._events_ring[1].progress)
+        else:
+            self.watchdog.watch(pair, plan, base)
 
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         capacity = self.slot_bytes // np.dtype(dtype).itemsize

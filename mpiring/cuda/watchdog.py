@@ -13,9 +13,11 @@
   ``timeout / SAMPLES``; a change restarts the call's clock. Once the flags have not changed
   for the timeout, it finds the late peer and step from them, records the error, and aborts.
   So a long call that keeps moving never fails, and a stall is noticed within about
-  ``(1 + 1 / SAMPLES)`` timeouts. The event-signalled ring has no flags: its GPU work is
-  bounded as a whole, from when it starts on the GPU (its host waits see progress). (The
-  one-shot and two-shot kernels time out by themselves: their waits read the GPU clock.)
+  ``(1 + 1 / SAMPLES)`` timeouts. The event-signalled ring has no flags: its host follows the
+  call step by step (each host wait bounded by its time without progress), and the watchdog,
+  which follows a call once this rank enqueued all of it, sees only the counters of those
+  waits move (a peer still enqueueing); else the call's GPU work has one timeout to finish.
+  (The one-shot and two-shot kernels time out by themselves: their waits read the GPU clock.)
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -100,6 +103,7 @@ class _Call:
     end: int  # ... and after it
     plan: RingPlan | None  # None: a call of the event-signalled ring (no flags to diagnose)
     base: int  # sequence number of its first transfer
+    progress: Callable[[], Hashable] | None = None  # the event ring's: what it sees move instead
     clock: ProgressClock | None = None  # from when the watchdog first saw it running
 
 
@@ -154,11 +158,14 @@ class Watchdog:
                 self._cond.wait(POLL)
             return self._free.pop()
 
-    def watch(self, events: tuple[int, int], plan: RingPlan | None, base: int) -> None:
-        """Follow a ring call whose start and end events were recorded around it."""
+    def watch(self, events: tuple[int, int], plan: RingPlan | None, base: int,
+              progress: Callable[[], Hashable] | None = None) -> None:
+        """Follow a ring call whose start and end events were recorded around it. A call of the
+        event ring (``plan`` None) has no flags: ``progress()``, if given, is what moves as it
+        does (read from this thread)."""
         with self._cond:
             idle = not self._pending
-            self._pending.append(_Call(events[0], events[1], plan, base))
+            self._pending.append(_Call(events[0], events[1], plan, base, progress))
             if idle:  # the thread sleeps on the condition only while nothing is pending: waking
                 self._cond.notify_all()  # it per call costs the caller GIL hand-offs
 
@@ -237,11 +244,12 @@ class Watchdog:
                     self._fire(call, flags)
             time.sleep(POLL)
 
-    def _read(self, call: _Call) -> Flags | None:
-        """This rank's ring flags now (written by its peers as the call moves), or None: a call
-        of the event ring (no flags), or a read that did not complete within a second."""
+    def _read(self, call: _Call) -> Hashable | None:
+        """What the call shows of its progress now: this rank's ring flags (written by its
+        peers as the call moves); for the event ring, its ``progress()``. None: nothing to see,
+        or a read of the flags that did not complete within a second."""
         if call.plan is None:
-            return None
+            return None if call.progress is None else call.progress()
         rt, lay = self._rt, self.layout
         rt.memcpyAsync(self._flags_ptr, self.staging.addr(self.rank, 0), self._flags.nbytes,
                        rt.memcpyDeviceToHost, self._rescue.ptr)
@@ -257,7 +265,7 @@ class Watchdog:
         free = (int(words[lay.ring_free(0) // 8]), int(words[lay.ring_free(1) // 8]))
         return full, free
 
-    def _fire(self, call: _Call, flags: Flags | None) -> None:
+    def _fire(self, call: _Call, flags: Hashable | None) -> None:
         """The call went the timeout without progress: name the late peer from ``flags`` (what
         :meth:`_read` just saw), then abort."""
         lay = self.layout
@@ -269,7 +277,7 @@ class Watchdog:
             abort(self.staging, lay, self.memops, self._rescue.ptr)
             return
         if flags is not None:
-            full, free = flags
+            full, free = cast(Flags, flags)
             self.error = stall_error(call.plan, self.rank, call.base, full, free, self.timeout,
                                      ABORT_HINT, self.names)
         else:

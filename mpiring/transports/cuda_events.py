@@ -135,6 +135,13 @@ class CudaEventTransport(RingTransport):
         self.board.post(self.rank, EV_FREE[slot], seq)  # after the record
         self._last_fold_event = event  # also marks "every fold so far ran" for the next send
 
+    def progress(self) -> tuple[int, ...]:
+        """The counters this rank's waits watch (the previous rank's EV_FULL posts, the next
+        rank's EV_FREE posts): they move as the peers' hosts enqueue the call, which is all of
+        its progress the host can see (the watchdog's clock restarts on it)."""
+        mine, nxt = self.board.counters[self.rank], self.board.counters[self.next]
+        return (*(int(mine[i]) for i in EV_FULL), *(int(nxt[i]) for i in EV_FREE))
+
     def copy_input(self) -> None:
         call = self._call
         self._rt.memcpyAsync(call.recv.address, call.send.address, call.count * call.dtype.itemsize,
