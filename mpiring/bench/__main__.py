@@ -105,7 +105,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
         if files is not None:
             files.finish(interrupted=name, elapsed_s=elapsed_s())
             sys.stderr.write(f"mpiring.bench: {name}: stopping before the next point; the rows "
-                             f"so far are in {files.json_path} (again: end the job at once)\n")
+                             f"so far are in {files.json_path} (a second signal ends the job at once)\n")
             sys.stderr.flush()
 
     def on_overdue(name: str, why: str) -> None:  # the watcher thread: end the job
