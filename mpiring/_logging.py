@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from . import settings
 
 
 def configure_logging() -> None:
     """Attach a stderr handler at DEBUG level when MPIRING_DEBUG is set; otherwise stay silent."""
     logger = logging.getLogger("mpiring")
-    if os.environ.get("MPIRING_DEBUG", "") not in ("", "0"):
+    if settings.flag("MPIRING_DEBUG"):
         if not logger.handlers:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("mpiring %(levelname)s %(name)s: %(message)s"))

@@ -57,7 +57,7 @@ from .signals import AGREE, AGREE_LINES, CALLS, COUNTER_STRIDE, SharedBoard, Wai
 JOIN_TAG = 0x6D72  # "mr": the set-up rendezvous' messages on the caller's communicator
 SETUP_HINT = ("every rank of the communicator must create the mpiring.Communicator at the same time "
               "(raise MPIRING_TIMEOUT if some rank is just slow to get there)")
-CHECK_HINT = ("every rank must call allreduce the same number of times, in the same order, with the "
+CHECK_HINT = ("every rank must call each collective the same number of times, in the same order, with the "
               "agreement check on (raise MPIRING_TIMEOUT if some rank is just slow to get there); this "
               "communicator now refuses further use")
 
@@ -206,6 +206,7 @@ class AgreementCheck:
         self.board = board
         self.board_ranks = list(board_ranks) if board_ranks is not None else None
         self.calls = 0  # checks entered by this rank: the sequence number of a call
+        self.what = "allreduce"  # the collective of the call being checked, as messages name it
         self._send = np.zeros(1 + 2 * len(FIELDS), dtype=np.int64)
         self._recv = np.zeros_like(self._send)
         # One node: the board's lines hold the descriptors (module docstring), else MPI.
@@ -273,6 +274,7 @@ class AgreementCheck:
         the check's allreduce then stays pending, and ``comm`` must not be used again.
         """
         self.calls += 1
+        self.what = what = self.names.get("collective", lambda c: "allreduce")(values.get("collective") or 1)
         code = self.comm.rank + 1 if rejected else 0
         if self._lines is not None:
             self._agree_in_board(code, values, algorithm)
@@ -289,7 +291,7 @@ class AgreementCheck:
             return  # the caller raises its own, more precise error
         if self._recv[0]:
             raise PeerArgumentError(
-                f"allreduce aborted on rank {self.comm.rank}: rank {self._recv[0] - 1} "
+                f"{what} aborted on rank {self.comm.rank}: rank {self._recv[0] - 1} "
                 "rejected its arguments (its own error says why)"
             )
         diffs = []
@@ -299,7 +301,6 @@ class AgreementCheck:
                 say = self.names.get(name, str)
                 diffs.append(f"{name} (this rank {say(values[name])}, others from {say(lo)} to {say(hi)})")
         if diffs:
-            what = self.names.get("collective", lambda c: "allreduce")(values.get("collective", 1))
             raise RankMismatchError(
                 f"ranks called {what} with different arguments: {'; '.join(diffs)}. Every rank "
                 f"must pass the same {SAME}"
@@ -361,7 +362,7 @@ class AgreementCheck:
         """What the check waits for, naming the ranks that never arrived when that is known."""
         head = f"every rank to enter the agreement check of call {self.calls}"
         if self.board is None:
-            return head + ": some rank did not call allreduce"
+            return head + f": some rank did not call {self.what}"
         absent = self._absent_ranks()
         node = self.board_ranks is not None and len(self.board_ranks) < self.comm.size
         if not absent:
@@ -371,7 +372,7 @@ class AgreementCheck:
         row = {rank: i for i, rank in enumerate(self.board_ranks or range(self.board.size))}
         where = ", ".join(f"rank {r} is at call {self.board.read(row[r], CALLS)}" for r in absent[:16])
         of = f"{self.board.size} ranks of this node" if node else f"{self.board.size} ranks"
-        return f"{head}: {len(absent)} of {of} did not call allreduce ({where})"
+        return f"{head}: {len(absent)} of {of} did not call {self.what} ({where})"
 
 
 def _descriptor_line(lines: np.ndarray, first: int) -> np.ndarray:

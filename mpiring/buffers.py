@@ -222,8 +222,29 @@ def _is_torch_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
+def _check_torch_view(t: Any, role: str) -> None:
+    """Refuse torch tensors whose memory does not hold their values as plain elements: sparse
+    (and other non-strided) layouts, and lazy negations or conjugations (the negative or conjugate
+    bit: the memory holds the values before it), which mpiring would otherwise reduce wrongly."""
+    layout = str(t.layout)
+    if layout != "torch.strided":
+        raise InvalidArgumentError(
+            f"{role} is a torch tensor of layout {layout}: mpiring reduces dense memory; pass "
+            "t.to_dense() (and, for a sparse gradient, allreduce its dense form)")
+    if t.is_neg():
+        raise InvalidArgumentError(
+            f"{role} is a torch tensor with its negative bit set (a lazy negation such as "
+            "torch._neg_view(t), or the imaginary part of a conjugated view): its memory holds the "
+            "values before the negation; pass t.resolve_neg()")
+    if t.is_conj():
+        raise InvalidArgumentError(
+            f"{role} is a torch tensor with its conjugate bit set (t.conj() of a complex tensor): "
+            "its memory holds the values before the conjugation; pass t.resolve_conj()")
+
+
 def _from_torch(t: Any, role: str) -> Buffer:
     """torch tensors, bfloat16 included (which torch's __cuda_array_interface__ refuses)."""
+    _check_torch_view(t, role)
     if not t.is_cuda:
         if t.device.type != "cpu":
             raise InvalidArgumentError(

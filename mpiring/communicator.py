@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import tuning as auto_tuning
-from .agreement import FIELDS, join
+from .agreement import FIELDS
 from .algorithms import Collective
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
@@ -37,7 +37,7 @@ from .errors import (
     MpiringError,
     SetupError,
 )
-from .groups import Groups, make_groups
+from .groups import Groups, duplicate, make_groups
 from .lifetime import collected, release, set_up
 from .options import Options, check_comm, empty_like
 from .replay import Key, Replay, Replays
@@ -69,7 +69,7 @@ class Communicator:
             (``"ring"``, ``"ring-events"``, ``"oneshot"``, ``"twoshot"``, ``"nccl"``,
             ``"nccl-ring"``, ``"mpi"``).
         batches: mini-batches per call; None picks one by message size.
-        slot_bytes: bytes per receive slot (two per rank); bounds staging memory.
+        slot_bytes: bytes per receive slot (two per rank), at most 4 GiB; bounds staging memory.
         check: the cross-rank agreement check of every call: ``"gpu"`` or True (the default):
             the kernels of oneshot, twoshot and oneshot-ll compare their peers' call on the GPU,
             with no host wait (a difference skips the call on every rank, and is raised by
@@ -119,7 +119,7 @@ class Communicator:
         self.check_mode, self.overlap = opts.check_mode, opts.overlap
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
-        self.comm = join(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
+        self.comm = duplicate(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.rank, self.size = self.comm.rank, self.comm.size
         self.groups: Groups | None = None
         self.board: ControlBoard | None = None

@@ -1,17 +1,18 @@
 """The communicator's options: arguments and ``MPIRING_*`` variables, checked once at set-up.
 
-Pure apart from reading the environment; errors name the argument or the variable.
+Pure apart from reading the environment (through :mod:`mpiring.settings`, the one table of the
+variables); errors name the argument or the variable.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import algorithms
+from . import algorithms, settings
+from .cuda.layout import DIRECT_BLOCKS
 from .errors import InvalidArgumentError
 from .timeouts import TimeoutPolicy
 
@@ -34,13 +35,26 @@ def check_mode(check: Any, source: str = "check=") -> str:
                                "('1'/'0' in the environment)")
 
 
+# The largest slot_bytes: two slots per rank are allocated at set-up (node shared memory for host
+# arrays, GPU memory for the ring), so 8 GiB per rank at this bound. Larger slots gain nothing
+# (the ring's default is 128 MiB: a transfer's fixed cost is already small against its time from
+# 64 MiB up), and shared memory is mapped lazily: a window far beyond the machine's memory is
+# "allocated" and then kills the process when touched (MPICH refuses only from about 2**46 B).
+MAX_SLOT_BYTES = 4 << 30
+
+
 def check_slot_bytes(slot_bytes: Any) -> int | None:
-    """None (the default), or a positive integer number of bytes."""
+    """None (the default), or a positive integer number of bytes, at most ``MAX_SLOT_BYTES``."""
     if slot_bytes is None:
         return None
     if isinstance(slot_bytes, bool) or not isinstance(slot_bytes, (int, np.integer)) or slot_bytes < 1:
         raise InvalidArgumentError(
             f"slot_bytes must be a positive integer number of bytes or None, got {slot_bytes!r}")
+    if slot_bytes > MAX_SLOT_BYTES:
+        raise InvalidArgumentError(
+            f"slot_bytes={int(slot_bytes)} is above the bound of {MAX_SLOT_BYTES} (4 GiB): each rank "
+            "allocates two slots (host shared memory, GPU memory), and larger slots gain nothing; "
+            "None takes the default (128 MiB on GPUs, 1 MiB on the host)")
     return int(slot_bytes)
 
 
@@ -101,16 +115,21 @@ class Options:
     @classmethod
     def resolve(cls, algorithm: Any, batches: Any, check: bool | str | None, timeout: float | None,
                 slot_bytes: Any = None, sm_budget: Any = None, overlap: Any = False) -> Options:
+        settings.warn_unknown(stacklevel=4)  # a misspelt name would be ignored in silence (names
+        # the caller of Communicator(): warn_unknown, resolve, __init__, the caller)
+        settings.check_all()  # every variable, now: a bad one reaches every rank as this rank's error
         name = algorithms.check_name(algorithm, source="algorithm=")
-        forced = os.environ.get("MPIRING_ALGO", "").strip() or None
+        forced = settings.text("MPIRING_ALGO")
         if forced is not None:
-            forced = algorithms.check_name(forced, source="the environment variable MPIRING_ALGO")
+            try:
+                forced = algorithms.check_name(forced)
+            except InvalidArgumentError:
+                raise settings.invalid("MPIRING_ALGO", forced,
+                                       f"not one of {', '.join(algorithms.names())}") from None
             forced = None if forced == algorithms.AUTO else forced
-        mode = check_mode(os.environ.get("MPIRING_CHECK", "") if check is None else check,
-                          "the environment variable MPIRING_CHECK" if check is None else "check=")
-        budget = (check_sm_budget(os.environ.get("MPIRING_SM_BUDGET", ""),
-                                  "the environment variable MPIRING_SM_BUDGET")
-                  if sm_budget is None else check_sm_budget(sm_budget))
+        mode = (settings.text("MPIRING_CHECK") or GPU_CHECK) if check is None else check_mode(check)
+        budget = (settings.integer("MPIRING_SM_BUDGET") if sm_budget is None
+                  else check_sm_budget(sm_budget))
         if not isinstance(overlap, (bool, np.bool_)):
             raise InvalidArgumentError(f"overlap={overlap!r}: use True (auto picks what hides best "
                                        "beside compute) or False (what is fastest alone)")
@@ -138,8 +157,8 @@ class Options:
             "check": f"{self.check} ({self.check_mode})",
             "algorithm table": ",".join(row.name for row in algorithms.rows()),
             "MPIRING_ALGO": self.forced,
-            "MPIRING_TUNING_FILE": os.environ.get("MPIRING_TUNING_FILE") or None,
-            "MPIRING_DIRECT_BLOCKS": os.environ.get("MPIRING_DIRECT_BLOCKS") or None,
+            "MPIRING_TUNING_FILE": settings.text("MPIRING_TUNING_FILE"),
+            "MPIRING_DIRECT_BLOCKS": DIRECT_BLOCKS,  # as read at import
             "sm_budget": self.sm_budget,  # the direct kernels' grid (their flags line up across ranks)
             "overlap": self.overlap,  # auto's choice: every rank must run the same row
             "inter": inter,

@@ -90,6 +90,7 @@ class Replays:
         self._ops = _mpi_ops()
         self._tensors = tensors
         self._tensor_type: type | None = None  # torch.Tensor, looked up once torch is imported
+        self._strided: Any = None  # torch.strided, the dense layout, looked up with it
 
     @classmethod
     def for_gpu(cls) -> Replays:
@@ -107,6 +108,7 @@ class Replays:
             if torch is None:
                 return False
             kind = self._tensor_type = torch.Tensor
+            self._strided = torch.strided
         return type(obj) is kind
 
     def _buffer_key(self, buf: Any) -> Key | None:
@@ -114,7 +116,9 @@ class Replays:
         array: Any = self.array_type
         if type(buf) is array:
             return (buf.data.ptr, buf.shape, buf.strides, buf.dtype)
-        if self.is_tensor(buf) and buf.is_cuda:
+        # A lazy negation shares its base's pointer, shape, strides and dtype: it takes the full
+        # path, whose description refuses it (as it does a sparse tensor, which has no pointer).
+        if self.is_tensor(buf) and buf.is_cuda and buf.layout is self._strided and not buf.is_neg():
             return (buf.data_ptr(), buf.shape, buf.stride(), buf.dtype)
         return None
 

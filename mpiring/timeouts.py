@@ -27,9 +27,9 @@ them catches a rank that does not come.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
+from . import settings
 from .errors import InvalidArgumentError
 from .signals import Waiter
 
@@ -52,18 +52,8 @@ class TimeoutPolicy:
     @classmethod
     def resolve(cls, value: float | None) -> TimeoutPolicy:
         """The policy for ``timeout=value``; None reads ``MPIRING_TIMEOUT`` (default 300 s)."""
-        if value is None:
-            text = os.environ.get(ENV, "").strip()
-            if not text:
-                return cls()
-            try:
-                seconds = float(text)
-            except ValueError:
-                raise InvalidArgumentError(f"{ENV}={text!r} is not a number of seconds") from None
-            try:
-                return cls(seconds)
-            except InvalidArgumentError as err:
-                raise InvalidArgumentError(f"{ENV}={text!r}: {err}") from None
+        if value is None:  # parsed and bounded by the settings table (one error shape)
+            return cls(settings.number(ENV) or DEFAULT_SECONDS)
         try:
             seconds = float(value)
         except (TypeError, ValueError):

@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import machine
+from . import machine, settings
 from .algorithms.auto import TuningTable, loads
 from .errors import InvalidArgumentError, SetupError
 from .machine import MachineKey
@@ -135,8 +135,9 @@ def user_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where ``python -m mpiring.tune`` keeps this user's tables: ``$MPIRING_TUNING_DIR``, else
     ``${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning``."""
     env = os.environ if env is None else env
-    if env.get(TUNING_DIR):
-        return Path(env[TUNING_DIR]).expanduser()
+    folder = settings.text(TUNING_DIR, env)
+    if folder:
+        return Path(folder).expanduser()
     cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or "~", ".cache")
     return Path(cache).expanduser() / "mpiring" / "tuning"
 
@@ -168,8 +169,7 @@ def read(path: str | os.PathLike) -> Source:
 
 def explicit(env: Mapping[str, str] | None = None) -> Source | None:
     """The table ``MPIRING_TUNING_FILE`` names (read and checked), or None."""
-    env = os.environ if env is None else env
-    path = (env.get(TUNING_FILE) or "").strip()
+    path = settings.text(TUNING_FILE, env)
     return read(path) if path else None
 
 

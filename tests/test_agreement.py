@@ -237,7 +237,7 @@ def test_bounded_check_names_the_missing_rank(use_board: bool) -> None:
         assert str(err).startswith(
             f"rank {r} timed out after 0.2 s in the agreement check of call 1 (algorithm ring), waiting for "
             "every rank to enter the agreement check of call 1: 1 of 4 ranks did not call allreduce "
-            "(rank 1 is at call 0); every rank must call allreduce the same number of times"), str(err)
+            "(rank 1 is at call 0); every rank must call each collective the same number of times"), str(err)
         assert (err.rank, err.peer, err.algorithm, err.step, err.seq) == (r, 1, "ring", "agreement check", 1)
 
 

@@ -326,7 +326,10 @@ class FakeTensor:
     __module__ = "torch"
 
     def __init__(self, kind: str, dtype: str = "float32", contiguous: bool = True,
-                 arr: np.ndarray | None = None) -> None:
+                 arr: np.ndarray | None = None, layout: str = "strided", neg: bool = False,
+                 conj: bool = False) -> None:
+        self.layout = _TorchDtype(layout)  # prints as torch.<name>, as torch's layouts do
+        self._neg, self._conj = neg, conj
         self.is_cuda = kind == "cuda"
         self.device = _Device(kind)
         self.dtype = _TorchDtype(dtype)
@@ -336,6 +339,12 @@ class FakeTensor:
 
     def data_ptr(self) -> int:
         return 0xBEEF00
+
+    def is_neg(self) -> bool:
+        return self._neg
+
+    def is_conj(self) -> bool:
+        return self._conj
 
     def numel(self) -> int:
         return 6
@@ -379,13 +388,61 @@ def test_describe_torch_cuda(dtype: str, want: np.dtype) -> None:
             "sendbuf is not contiguous (strides (1, 2) for shape (2, 3)): pass t.contiguous()")),
         (FakeTensor("cuda", "complex64"), "sendbuf: unsupported dtype complex64"),
         (FakeTensor("cuda", "qint8"), "sendbuf has element type qint8, which mpiring cannot reduce"),
+        (FakeTensor("cuda", layout="sparse_coo"), re.escape(
+            "sendbuf is a torch tensor of layout torch.sparse_coo: mpiring reduces dense memory; "
+            "pass t.to_dense()")),
+        (FakeTensor("cpu", layout="sparse_csr"), "sendbuf is a torch tensor of layout torch.sparse_csr"),
+        (FakeTensor("cuda", neg=True), re.escape(
+            "sendbuf is a torch tensor with its negative bit set (a lazy negation such as "
+            "torch._neg_view(t)")),
+        (FakeTensor("cpu", neg=True), "pass t.resolve_neg()"),
+        (FakeTensor("cuda", "complex64", conj=True), "conjugate bit set .* pass t.resolve_conj()"),
     ],
-    ids=["mps", "non-contiguous", "complex", "quantized"],
+    ids=["mps", "non-contiguous", "complex", "quantized", "sparse-cuda", "sparse-csr-cpu", "neg-cuda",
+         "neg-cpu", "conj"],
 )
 def test_describe_torch_rejects(tensor: FakeTensor, message: str) -> None:
     """Unsupported tensors are refused, naming why."""
     with pytest.raises(InvalidArgumentError, match=message):
         describe(tensor, "sendbuf")
+
+
+# -- describe: real torch tensors (skipped where torch is not installed, as in CI) --------
+
+
+def test_real_torch_views_that_hide_their_values_are_refused() -> None:
+    """A negative-bit view's memory holds the un-negated values, a sparse tensor's no dense
+    vector: describing them must raise naming why, not read the memory (torch's own CPU path,
+    ``.numpy()``, would raise a RuntimeError that names no buffer)."""
+    torch = pytest.importorskip("torch")
+    x = torch.arange(6, dtype=torch.float32)
+    assert describe(x, "sendbuf").count == 6
+    for bad, message in ((torch._neg_view(x), "negative bit set"),
+                         (x.to_sparse(), "layout torch.sparse_coo"),
+                         (torch.eye(3).to_sparse_csr(), "layout torch.sparse_csr"),
+                         (torch.ones(3, dtype=torch.complex64).conj(), "conjugate bit set")):
+        with pytest.raises(InvalidArgumentError, match=f"recvbuf is a torch tensor .*{message}"):
+            describe(bad, "recvbuf")
+    buf = describe(torch._neg_view(x).resolve_neg(), "sendbuf")  # the remedy the error names
+    assert np.array_equal(buf.array, -np.arange(6, dtype=np.float32))
+
+
+def test_real_torch_cpu_tensors_allreduce_on_one_rank() -> None:
+    """Through the API on a one-rank communicator: a CPU tensor is reduced (bfloat16 too), a
+    negative-bit view is refused by name."""
+    torch = pytest.importorskip("torch")
+    from mpi4py import MPI
+
+    import mpiring
+
+    with mpiring.Communicator(MPI.COMM_SELF, gpu=False) as comm:
+        x = torch.arange(8, dtype=torch.bfloat16)
+        assert torch.equal(comm.allreduce(x), x)
+        out = torch.empty(8)
+        comm.Allreduce(torch.arange(8, dtype=torch.float32), out, op=MPI.MAX)
+        assert torch.equal(out, torch.arange(8, dtype=torch.float32))
+        with pytest.raises(InvalidArgumentError, match="sendbuf is a torch tensor with its negative bit"):
+            comm.Allreduce(torch._neg_view(torch.ones(8)), out)
 
 
 # -- check_pair --------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def test_the_budget_comes_from_the_argument_else_the_environment(monkeypatch) ->
     assert Options.resolve("auto", None, None, None).sm_budget == 20
     assert Options.resolve("auto", None, None, None, sm_budget=8).sm_budget == 8
     monkeypatch.setenv("MPIRING_SM_BUDGET", "lots")
-    with pytest.raises(InvalidArgumentError, match="MPIRING_SM_BUDGET 'lots'"):
+    with pytest.raises(InvalidArgumentError, match="MPIRING_SM_BUDGET='lots': not an integer"):
         Options.resolve("auto", None, None, None)
 
 

@@ -162,15 +162,25 @@ def test_every_row_that_binds_is_a_one_launch_gpu_row() -> None:
                                                                                 "twoshot"]
 
 
+STRIDED, SPARSE = "torch.strided", "torch.sparse_coo"  # stand-ins for torch's layouts
+
+
 class FakeTensor:
     """What the key reads off a torch tensor: ``data_ptr()``, ``shape``, ``stride()``,
-    ``dtype``, ``is_cuda``."""
+    ``dtype``, ``is_cuda``, ``layout``, ``is_neg()``."""
 
-    def __init__(self, ptr: int, shape=(8,), stride=(1,), dtype="float32", is_cuda=True) -> None:
+    def __init__(self, ptr: int, shape=(8,), stride=(1,), dtype="float32", is_cuda=True,
+                 layout=STRIDED, neg=False) -> None:
         self.ptr, self.shape, self._stride, self.dtype, self.is_cuda = ptr, shape, stride, dtype, is_cuda
+        self.layout, self.neg = layout, neg
 
     def data_ptr(self) -> int:
+        if self.layout != STRIDED:
+            raise RuntimeError("Cannot access data pointer of Tensor that doesn't have storage")
         return self.ptr
+
+    def is_neg(self) -> bool:
+        return self.neg
 
     def stride(self) -> tuple[int, ...]:
         return self._stride
@@ -179,7 +189,7 @@ class FakeTensor:
 @pytest.fixture
 def torch_imported(monkeypatch):
     """A program that imported torch (here a stand-in whose Tensor is FakeTensor)."""
-    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=FakeTensor))
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(Tensor=FakeTensor, strided=STRIDED))
 
 
 TENSOR_VARIANTS = {
@@ -212,6 +222,17 @@ def test_tensors_not_keyed(torch_imported) -> None:
     assert key(Replays(FakeArray), FakeTensor(64)) is None
     assert key(r, FakeArray(64), FakeTensor(8, is_cuda=False)) is None
     assert key(r, FakeArray(64), FakeTensor(8)) is not None  # a CuPy recv, a CUDA tensor send
+
+
+def test_lazy_negations_and_sparse_tensors_take_the_full_path(torch_imported) -> None:
+    """A negative-bit view shares its base's pointer, shape, strides and dtype, so a replay of
+    the base would reduce the un-negated memory; a sparse tensor has no pointer. Neither is keyed:
+    the full path's description refuses them by name (tests/test_buffers.py)."""
+    r = Replays(FakeArray, tensors=True)
+    assert key(r, FakeTensor(64)) is not None
+    assert key(r, FakeTensor(64, neg=True)) is None
+    assert key(r, FakeTensor(64, layout=SPARSE)) is None
+    assert key(r, FakeArray(64), FakeTensor(8, neg=True)) is None
 
 
 def test_without_torch_imported_no_tensor_is_keyed(monkeypatch) -> None:

@@ -45,6 +45,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -305,7 +306,7 @@ def _rows(entries: Entries) -> list[list]:
 
 def load(path: str | os.PathLike | None = None) -> TuningTable:
     """The table at ``path``, else at ``MPIRING_TUNING_FILE``, else the shipped one."""
-    path = path or os.environ.get("MPIRING_TUNING_FILE") or None
+    path = path or settings.text("MPIRING_TUNING_FILE")
     if path is not None:
         try:
             text = Path(path).read_text()

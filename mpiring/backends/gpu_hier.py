@@ -26,13 +26,14 @@ numbers and NCCL's collective order agree. Uneven nodes (shards would not line u
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import settings
 from ..errors import InvalidArgumentError, SetupError, UnavailableError
+from ..install import cuda_choices
 from ..mpi_ops import builtin_op
 from ..schedule import Phase, RingPlan, chunk_bounds
 from ..transports.base import CallBuffers
@@ -63,9 +64,9 @@ def cuda_aware_mpi() -> bool:
     """Whether the MPI library moves device memory: ``MPIRING_CUDA_AWARE_MPI=0|1`` if set, else
     the library's own answer (Open MPI's ``MPIX_Query_cuda_support``, MPICH's
     ``MPIX_GPU_query_support``), else False."""
-    told = os.environ.get(CUDA_AWARE_ENV, "").strip()
-    if told:
-        return told not in ("0", "false", "no", "off")
+    told = settings.flag(CUDA_AWARE_ENV)
+    if told is not None:
+        return told
     query = getattr(MPI, "Query_cuda_support", None)
     if query is not None:
         return bool(query())
@@ -85,13 +86,15 @@ def check_inter(inter: str, groups: Groups) -> None:
     if inter not in INTERS:
         raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
     if inter == "mpi" and groups.spans_nodes and not cuda_aware_mpi():
-        raise SetupError(MPI_NOT_CUDA_AWARE)
+        raise SetupError(mpi_not_cuda_aware())
 
 
-MPI_NOT_CUDA_AWARE = (
-    "inter='mpi' needs a CUDA-aware MPI, and this one says it is not (or cannot say): use "
-    "inter='nccl' (pip install mpiring[cuda12|cuda13]), or an MPI built with CUDA support (Open MPI "
-    f"--with-cuda, MPICH with CUDA); set {CUDA_AWARE_ENV}=1 if yours is CUDA-aware but has no query")
+def mpi_not_cuda_aware() -> str:
+    """Why ``inter="mpi"`` cannot run here, and the remedies."""
+    return ("inter='mpi' needs a CUDA-aware MPI, and this one says it is not (or cannot say): use "
+            f"inter='nccl' ({cuda_choices()}), or an MPI built with CUDA support (Open MPI "
+            f"--with-cuda, MPICH with CUDA); set {CUDA_AWARE_ENV}=1 if yours is CUDA-aware but has "
+            "no query")
 
 
 class MpiRail:
@@ -178,7 +181,7 @@ class GpuHier:
                 inter = "mpi"
         if inter == "mpi":
             if not cuda_aware_mpi():  # inter="auto" without NCCL lands here
-                raise UnavailableError(MPI_NOT_CUDA_AWARE)
+                raise UnavailableError(mpi_not_cuda_aware())
             return MpiRail(rail, self.backend)
         return NcclRail(rail)
 

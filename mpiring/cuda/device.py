@@ -11,6 +11,7 @@ import os
 
 from mpi4py import MPI
 
+from .. import settings
 from ..agreement import allgather
 from ..buffers import Buffer
 from ..errors import InvalidArgumentError, SetupError
@@ -33,7 +34,7 @@ SHARE_GPU = "MPIRING_SHARE_GPU"
 
 def share_gpu_allowed() -> bool:
     """Whether ``MPIRING_SHARE_GPU=1`` lets ranks of a node share a GPU (a testing aid)."""
-    return os.environ.get(SHARE_GPU, "").strip() == "1"
+    return bool(settings.flag(SHARE_GPU))
 
 
 def bind_device(node: MPI.Intracomm, place: int, device: int | None,

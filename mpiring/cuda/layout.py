@@ -26,9 +26,9 @@ and every signal is one remote write.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from .. import settings
 from ..errors import InvalidArgumentError
 
 ALLOC_ALIGN = 2 << 20  # the granularity CUDA IPC exports anyway
@@ -160,7 +160,7 @@ ONESHOT_BYTES = 4 << 20  # a one-shot slot (two per rank): messages up to 4 MiB 
 TWOSHOT_BYTES = 32 << 20  # the two-shot chunk (two staging halves of it per rank)
 # Grid of the direct kernels (equal on all ranks; set-up checks). Two-shot at 64 MiB on 4 H200s:
 # 458 / 425 / 389 us with 32 / 64 / 128 blocks; one-shot latency barely moves (8.1 vs 7.8 us).
-DIRECT_BLOCKS = int(os.environ.get("MPIRING_DIRECT_BLOCKS", 128))
+DIRECT_BLOCKS = settings.integer("MPIRING_DIRECT_BLOCKS") or 128  # parsed, at least 1 (settings.TABLE)
 
 
 def staging_layout(slot_bytes: int | None, sm_budget: int | None = None) -> StagingLayout:

@@ -174,7 +174,7 @@ def test_environment_options(world: MPI.Intracomm, monkeypatch: pytest.MonkeyPat
             problems.append("explicit arguments must win over the environment")
     monkeypatch.setenv("MPIRING_TIMEOUT", "soon")
     problems += expect_raised(attempt(lambda: mpiring.Communicator(world, gpu=False)),
-                              InvalidArgumentError, "MPIRING_TIMEOUT='soon' is not a number of seconds")
+                              InvalidArgumentError, "MPIRING_TIMEOUT='soon': not a number")
     all_ok(problems)
 
 
