@@ -1,4 +1,4 @@
-"""The package's shape, as issue 11 set it: small modules, folders that import each other in one
+"""The package's shape: modules sized by their job, folders that import each other in one
 direction only, the CUDA toolkit below everything that uses it, and a README whose algorithm
 table is rendered from the algorithm table itself.
 
@@ -10,6 +10,7 @@ lazy imports inside functions (they are a dependency all the same).
 from __future__ import annotations
 
 import ast
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from mpiring import algorithms
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mpiring"
-MAX_LINES = 400
+LOOK_AGAIN_LINES = 600  # a module this long is looked at again: does it still do one job?
+MAX_LINES = 1000  # past this a module is surely several jobs
 
 
 def _modules() -> list[Path]:
@@ -88,9 +90,14 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_no_module_is_over_400_lines(path: Path) -> None:
+def test_modules_are_sized_by_their_job(path: Path) -> None:
+    """Modules are cut by job, not by a count: near 600 lines a warning asks to look again;
+    only a module past 1000 lines fails."""
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
+    if lines > LOOK_AGAIN_LINES:
+        warnings.warn(f"{path.relative_to(ROOT)} has {lines} lines: does it still do one job?",
+                      stacklevel=1)
 
 
 def test_cuda_cpp_lives_in_cu_files() -> None:
