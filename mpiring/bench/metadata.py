@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
+
 ENV_PREFIXES = ("NCCL_", "MPIRING_", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_", "MPICH_", "OMPI_MCA",
                 "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_GPUS")
 COMMIT_ENV = "MPIRING_COMMIT"  # the commit of an installed copy that is not a git checkout
@@ -50,7 +52,6 @@ def source_commit(package: Path | None = None, environ: Any = None) -> str:
     The package is the checkout's only where git tracks its ``__init__.py`` there: a wheel
     installed into a virtualenv inside some other repository does not take that one's commit.
     """
-    env = os.environ if environ is None else environ
     package = Path(__file__).resolve().parents[1] if package is None else package.resolve()
     top = _git(package, "rev-parse", "--show-toplevel")
     if top:
@@ -64,7 +65,7 @@ def source_commit(package: Path | None = None, environ: Any = None) -> str:
         if head:
             dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
             return head + ("-dirty" if dirty else "")
-    return str(env.get(COMMIT_ENV) or "").strip() or UNKNOWN
+    return (settings.text(COMMIT_ENV, environ) or "").strip() or UNKNOWN
 
 
 @functools.lru_cache(maxsize=1)
