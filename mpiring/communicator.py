@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import tuning as auto_tuning
-from .agreement import FIELDS
+from .agreement import FIELDS, settling
 from .algorithms import Collective
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
@@ -126,14 +126,15 @@ class Communicator:
         self._host: HostBackend | None = None
         self._gpu: GpuBackend | None = None
         try:
-            self.groups = groups = make_groups(self.comm, self.timeout, settings)  # SetupError if they differ
-            host = set_up(self, groups, gpu, device, opts, inter)
-            buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
-            self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, self.timeout,
-                                              opts.sm_budget)
-            self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
-                                        self._tuning.table, groups.topology, host, self._gpu,
-                                        opts.overlap)
+            with settling(self.comm, self.timeout) as steps:  # ends with every rank's go-ahead, or none
+                self.groups = groups = make_groups(self.comm, steps, settings)  # SetupError if they differ
+                host = set_up(self, groups, gpu, device, opts, inter, steps)
+                buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
+                self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, steps,
+                                                  opts.sm_budget)
+                self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
+                                            self._tuning.table, groups.topology, host, self._gpu,
+                                            opts.overlap)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -164,10 +165,11 @@ class Communicator:
     # -- failure state -----------------------------------------------------------------
 
     def _fail(self, err: BaseException) -> None:
-        """Refuse further use, and tell the peers (in the control board) so they stop at once too."""
+        """Refuse further use, and tell the peers (the control board; other nodes: a notice) so
+        they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
         if self.board is not None and not self._closed:
-            self.board.mark_failed(self._failed)
+            self.board.mark_failed(self._failed, cause=err)
 
     def _usable(self) -> None:
         if self._failed:

@@ -15,6 +15,7 @@ from .backends.host import HostBackend
 from .call_check import CallCheck
 from .control import ControlBoard
 from .errors import MpiringError, PeerFailedError, UnavailableError
+from .notice import FailureNotice
 from .options import DEFAULT_HOST_SLOT_BYTES, Options
 from .replay import Replays
 from .transports.host import slot_bytes_for
@@ -25,13 +26,19 @@ if TYPE_CHECKING:
 
 
 def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | None,
-           opts: Options, inter: str) -> HostBackend:
+           opts: Options, inter: str, steps: float) -> HostBackend:
     """Collective set-up on every rank, once its groups are known (part of ``__init__``): the
     control board, the agreement check, the backends (per node); returns the host backend
-    (the GPU one, if any, is ``self._gpu``)."""
+    (the GPU one, if any, is ``self._gpu``). ``steps`` bounds the waits of set-up's own
+    collective steps (every rank is known to be here: see ``Communicator.__init__``)."""
     slot_bytes = opts.slot_bytes
     host_slot = slot_bytes_for(DEFAULT_HOST_SLOT_BYTES if slot_bytes is None else int(slot_bytes))
-    self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks)
+    self.board = ControlBoard(groups.node, 2 * host_slot, self.timeouts, groups.node_ranks,
+                              setup_timeout=steps)
+    if groups.spans_nodes:  # a failure mark reaches the other nodes as a notice (mpiring.notice)
+        topo, me = groups.topology, self.comm.rank
+        others = [r for r in range(self.comm.size) if topo.node_of[r] != topo.node_of[me]]
+        self.board.attach(FailureNotice(self.comm, others))
     self._host = host = HostBackend(groups, self.board, host_slot, self.timeouts)
     # After the board: the check counts its calls there, to name missing ranks.
     agreement = AgreementCheck(self.comm, self.timeout, self.board.shared, algorithms.name_of_code,
@@ -44,7 +51,7 @@ def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | N
             waiter.watch = self._watch
     here = cuda.available() if gpu is None or gpu else False  # gpu=True needs one too
     # Every rank must take the same branch: set-up below is collective.
-    use_gpu = all_ranks(self.comm, here, self.timeout, "decide whether to use GPUs")
+    use_gpu = all_ranks(self.comm, here, steps, "decide whether to use GPUs")
     if gpu and not use_gpu:
         why = (f"this rank cannot: {cuda.unavailable_reason()}" if not here else
                "another rank cannot (its error says why)")

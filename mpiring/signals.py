@@ -64,14 +64,15 @@ PEER_HINT = ("the peer may have crashed, hung or called a different collective (
 class SharedBoard:
     """Per-rank counters plus payload in one node shared-memory window.
 
-    With a ``timeout``, the barrier after set-up and the handshake of :meth:`close` are bounded.
+    With a ``timeout``, the barrier after set-up (``setup_timeout``, if given) and the handshake
+    of :meth:`close` are bounded.
     Allocating and freeing the window are blocking collectives MPI cannot bound: allocation
     runs right after the communicator's bounded set-up rendezvous, and the free only once the
     close handshake has seen every rank there.
     """
 
     def __init__(self, node_comm: MPI.Intracomm, payload_bytes: int = 0,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None, setup_timeout: float | None = None) -> None:
         self.comm = node_comm
         self.rank = node_comm.rank
         self.size = node_comm.size
@@ -91,7 +92,9 @@ class SharedBoard:
         self.lines[self.rank][:] = 0  # every counter and the agreement lines
         self.win.Lock_all(MPI.MODE_NOCHECK)
         self.win.Sync()
-        self.waiter.barrier(node_comm, "every rank to zero its counters")  # before anyone reads a peer's row
+        # Before anyone reads a peer's row; bounded by ``setup_timeout`` if given (set-up's own).
+        setup = self.waiter if setup_timeout is None else Waiter(setup_timeout, self.rank)
+        setup.barrier(node_comm, "every rank to zero its counters")
 
     def fence(self) -> None:
         """A full memory barrier for the shared window (MPI_Win_sync)."""
