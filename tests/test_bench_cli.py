@@ -239,7 +239,7 @@ def test_time_agreement_is_described_as_the_code_does_it(monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [["-g", "1"], ["--ngpus", "1"], ["-t", "1"], ["--nthreads", "1"],
-                                  ["-z", "0"], ["--blocking", "0"],
+                                  ["-z", "0"], ["--blocking", "0"], ["-z", "1"],
                                   ["-b", "8", "-e", "128M", "-f", "2", "-g", "1"]])
 def test_nccl_tests_gpu_thread_and_blocking_flags_carry_over(argv):
     parse_args(argv)  # nccl-tests' quick examples, with the values that fit one rank per GPU
@@ -250,8 +250,8 @@ def test_nccl_tests_gpu_thread_and_blocking_flags_carry_over(argv):
                   "many ranks as GPUs"),
     (["--ngpus", "two"], "only 1 here"),
     (["-t", "2"], "-t/--nthreads 2: only 1 here: each rank is one thread"),
-    (["-z", "1"], "-z/--blocking 1: only 0 here: blocking mode (nccl-tests' -z 1: the CPU waits "
-                  "for each call to complete before the next) is not implemented"),
+    (["-z", "2"], "-z/--blocking 2: 0 (calls issued back to back) or 1"),
+    (["-z", "1", "--graph"], "-z/--blocking 1 waits for each call, but -G/--graph replays"),
 ])
 def test_nccl_tests_gpu_thread_and_blocking_values_that_cannot_work_are_explained(argv, message,
                                                                                  capsys):

@@ -66,15 +66,27 @@ class FakeComm:
             send[0] += 1
 
 
+class CountingSpace(HostSpace):
+    """Host arrays that count the device synchronizations asked for (each a no-op here)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.syncs = 0
+
+    def synchronize(self) -> None:
+        self.syncs += 1
+
+
 def measure(mode="good", placement="out", check=1, dtype=np.float32, op="sum", overlap=None,
-            **policy):
-    space = HostSpace()
+            blocking=False, **policy):
+    space = CountingSpace()
     gen = InputGenerator(np, op, np.dtype(dtype), 1, seed=5)
     bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
     comm = FakeComm(mode)
     policy = TimingPolicy(**{"budget_s": 0.01, "reps": 3, **policy})
     m = PointMeasurer(MPI.COMM_SELF, comm, space, policy, check=check, time_agreement=False,
-                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE, overlap=overlap)
+                      mpi_op=MPI.SUM, in_place=MPI.IN_PLACE, overlap=overlap, blocking=blocking)
+    measure.space = space
     point = Point(COUNT * np.dtype(dtype).itemsize, COUNT, np.dtype(dtype).name, op, "ring",
                   "auto", placement)
     return m.measure(point, bufs), comm
@@ -289,6 +301,15 @@ def test_fixed_iterations_and_warmup():
     out, comm = measure(iters=4, warmup=2, reps=5)
     assert (out.iters, out.warmup, out.reps) == (4, 2, 5)
     assert comm.calls == 1 + 1 + 1 + 2 + 5 * 4
+
+
+def test_blocking_mode_waits_for_every_timed_call():
+    """-z 1: the CPU waits for each timed call: one synchronize more per call than -z 0."""
+    syncs = {}
+    for blocking in (False, True):
+        measure(iters=4, warmup=2, reps=5, check=0, blocking=blocking)
+        syncs[blocking] = measure.space.syncs
+    assert syncs[True] - syncs[False] == 1 + 2 + 5 * 4  # the probe, the warm-up, the timed calls
 
 
 def test_warmup_policy():

@@ -82,10 +82,15 @@ NGPUS_WHY = ("mpiring runs one process per GPU, so launch as many ranks as GPUs 
              "(mpiexec -n <GPUs> python -m mpiring.bench)")
 NTHREADS_WHY = ("each rank is one thread of one process; for more GPUs launch more ranks "
                 "(mpiexec -n <GPUs>)")
-BLOCKING_WHY = ("blocking mode (nccl-tests' -z 1: the CPU waits for each call to complete "
-                "before the next) is not implemented; the bench issues the timed calls back to "
-                "back, as nccl-tests' default -z 0 does (on host arrays every call completes "
-                "before it returns)")
+
+
+
+def blocking_arg(text: str) -> int:
+    """nccl-tests' -z: 0 (calls back to back) or 1 (the CPU waits for each call to complete)."""
+    if text not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"-z/--blocking {text}: 0 (calls issued back to back) "
+                                         "or 1 (the CPU waits for each call before the next)")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,7 @@ class Options:
     average: int = SLOWEST  # -a: how ranks' times combine (stats.AVERAGES)
     output_format: str = "table"  # or "nccl-tests"
     baseline: str | None = None  # --baseline: the row speed-ups are against (None: the mode's reference)
+    blocking: bool = False  # -z 1: the CPU waits for each timed call to complete (eager timing)
 
     def size_range(self, gpu: bool) -> tuple[int, int]:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
@@ -242,8 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="1", help="GPUs per process: 1 (a rank per GPU)")
     g.add_argument("-t", "--nthreads", type=only(1, "-t/--nthreads", NTHREADS_WHY), default=1,
                    metavar="1", help="threads per process: 1")
-    g.add_argument("-z", "--blocking", type=only(0, "-z/--blocking", BLOCKING_WHY), default=0,
-                   metavar="0", help="0: calls issued back to back")
+    g.add_argument("-z", "--blocking", type=blocking_arg, default=0, metavar="0|1",
+                   help="1: wait for each timed call to complete (default 0: back to back)")
 
     g = p.add_argument_group("checking")
     g.add_argument("-c", "--check", type=nonneg_int, nargs="?", const=1, default=1, metavar="N",
@@ -292,6 +298,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
         parser.error("--name must be a non-empty file name prefix without '/'")
     placements = ns.placement or (PLACEMENTS if ns.output_format == "nccl-tests" else ("out",))
     launches = ns.graph_launches or 0
+    if ns.blocking and launches:
+        parser.error("-z/--blocking 1 waits for each call, but -G/--graph replays the calls from "
+                     "one graph: drop one of them")
     return Options(
         minbytes=ns.minbytes, maxbytes=ns.maxbytes, stepfactor=ns.stepfactor,
         stepbytes=ns.stepbytes, algos=ns.algo, batches=ns.batches, dtype=ns.dtype, op=ns.op,
@@ -303,5 +312,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         train_gemm_size=ns.train_gemm_size, gemm_sms=ns.gemm_sms, sm_budget=ns.sm_budget,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
-        baseline=ns.baseline,
+        baseline=ns.baseline, blocking=bool(ns.blocking),
     )

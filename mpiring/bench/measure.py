@@ -180,7 +180,8 @@ class PointMeasurer:
 
     def __init__(self, world: Any, comm: Any, space: Any, policy: TimingPolicy, *,
                  check: int, time_agreement: bool, mpi_op: Any, in_place: Any,
-                 overlap: Any = None, graph: bool = False, graph_launches: int = 1) -> None:
+                 overlap: Any = None, graph: bool = False, graph_launches: int = 1,
+                 blocking: bool = False) -> None:
         self.world, self.comm, self.space, self.policy = world, comm, space, policy
         self.check = int(check)  # checked calls per point (nccl-tests' -c); 0: none
         self.time_agreement = time_agreement
@@ -190,6 +191,7 @@ class PointMeasurer:
         self.timer = space.timer()
         self.graph = graph  # time calls captured in a CUDA graph (see _timed_graph)
         self.graph_launches = max(1, graph_launches)  # replays timed together (-G N)
+        self.blocking = blocking  # -z 1: wait for each timed call to complete
         self._graph_stream: Any = None
         self._capture: Capture | None = None
 
@@ -216,8 +218,13 @@ class PointMeasurer:
         self.space.synchronize()
         self.world.Barrier()
         self.timer.start()
-        for _ in range(k):
-            call()
+        if self.blocking:  # nccl-tests' -z 1: the CPU waits for each call before the next
+            for _ in range(k):
+                call()
+                self.space.synchronize()
+        else:
+            for _ in range(k):
+                call()
         return self.timer.stop() / k
 
     def _timed_graph(self, call: Callable[[], None], k: int) -> float:

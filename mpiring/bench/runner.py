@@ -386,7 +386,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
                                  time_agreement=opts.time_agreement,
                                  mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
                                  overlap=sw.overlap, graph=in_graph(opts, p.algo),
-                                 graph_launches=opts.graph_launches)
+                                 graph_launches=opts.graph_launches, blocking=opts.blocking)
         out = measure_peer(sw, measurer, p, bufs) if is_peer(p.algo) else measurer.measure(p, bufs)
         row = make_row(sw, p, out)
         row.speedup = speedup(sw, row)

@@ -166,6 +166,8 @@ def _timing_line(opts: Options) -> str:
                       f"{launches} (-G {opts.graph_launches})",
              "gpu": "; calls replayed from one CUDA graph where the row can be captured (GPU time)",
              }[opts.timing]
+    if opts.blocking:
+        graph += "; the CPU waits for each call to complete (-z 1)"
     return f"{iters}, {warm}, {opts.reps} repetitions{graph}"
 
 
