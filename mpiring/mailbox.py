@@ -23,9 +23,10 @@ _HEAD = np.dtype([("kind", "<i8"), ("round", "<i8"), ("nonce", "<i8"), ("vote", 
 TEXT_BYTES = 960
 MESSAGE_BYTES = _HEAD.itemsize + TEXT_BYTES
 
+
 @dataclass
 class Message:
-    """One message of a round: its kind and round, and what the kind needs.
+    """One message of a round (or a notice): its kind and round, and what the kind needs.
 
     ``nonce``: rank 0's number for this round (PREPARE, ACK, GO); ``vote``: a HELLO's (1 ready,
     0 failed); ``seconds``: the sender's bound (HELLO; ABORT: the wait that expired) or, in a
