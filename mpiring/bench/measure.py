@@ -297,8 +297,6 @@ class PointMeasurer:
                 space.poison(bufs.recv)
             space.synchronize()
 
-        agree(self.world, prepare)
-
         def run_and_compare() -> tuple[list[str], int]:
             self.comm.check = True  # the library's argument agreement, for a clean error
             call()
@@ -316,6 +314,14 @@ class PointMeasurer:
                     bufs.load_input()
             return problems, wrong
 
+        self._judge(prepare, run_and_compare)
+
+    def _judge(self, prepare: Callable[[], None],
+               run_and_compare: Callable[[], tuple[list[str], int]]) -> None:
+        """Every rank prepares, then runs and compares one checked call; raises
+        ``StageFailed("fail")`` with every rank's problems and the wrong elements over all ranks
+        (nccl-tests' #wrong) if any rank found one."""
+        agree(self.world, prepare)
         verdicts = agree(self.world, run_and_compare, share=True)
         errors = [f"rank {r}: {p}" for r, (ps, _) in enumerate(verdicts) for p in ps]
         if errors:
@@ -336,8 +342,6 @@ class PointMeasurer:
             bufs.prepare_prefix(count, in_place)
             space.synchronize()
 
-        agree(self.world, prepare)
-
         def run_and_compare() -> tuple[list[str], int]:
             self.comm.check = True
             send = self.in_place if in_place else bufs.send[:count]
@@ -355,12 +359,9 @@ class PointMeasurer:
                 wrong += past.count
             return problems, wrong
 
-        verdicts = agree(self.world, run_and_compare, share=True)
-        errors = [f"rank {r}: {p}" for r, (ps, _) in enumerate(verdicts) for p in ps]
-        bufs.load_input()  # the timed calls read the whole, unchanged input again
-        if errors:
-            raise StageFailed("fail", errors, rebuild=False,
-                              wrong=sum(w for _, w in verdicts))
+        # The input stays as it was (the call reads a prefix of it); the timed calls need no
+        # fresh copy of it.
+        self._judge(prepare, run_and_compare)
 
     def _time(self, call: Callable[[], None], check_label: str) -> Outcome:
         # In place, each call reduces the previous result (as in nccl-tests): values grow to

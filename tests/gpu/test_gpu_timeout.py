@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import cupy
 import pytest
 from gpu_helpers import WORLD, agree
+from send_hooks import hook_sends
 
 import mpiring
 from mpiring.errors import MpiringTimeoutError, PeerFailedError
@@ -50,18 +51,6 @@ def ring_transport(comm: mpiring.Communicator, algo: str) -> Any:
         comm.synchronize()
         return comm._gpu._events_ring[1]
     return comm._gpu.pipeline.transport
-
-
-def hook_sends(link: Any, before_send: Callable[[int], None]) -> None:
-    """Run ``before_send(k)`` on this rank's host before ``link`` enqueues its ``k``-th send."""
-    send, sends = link.send, [0]
-
-    def hooked(*args: Any) -> None:
-        sends[0] += 1
-        before_send(sends[0])
-        send(*args)
-
-    link.send = hooked
 
 
 def allreduce(comm: mpiring.Communicator, algo: str) -> tuple[cupy.ndarray, float]:

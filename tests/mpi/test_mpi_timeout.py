@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 from mpi_support import all_ok
+from send_hooks import hook_sends
 
 import mpiring
 from mpiring.algorithms import Collective
@@ -51,15 +51,7 @@ def slow_sends(comm: mpiring.Communicator, slow: bool, before_send: Callable[[in
     """Run ``before_send(k)`` before this rank's ``k``-th send (1, 2, ...) if ``slow``."""
     if not slow:
         return
-    link = comm._host.transport
-    send, sends = link.send, [0]
-
-    def hooked(*args: Any) -> None:
-        sends[0] += 1
-        before_send(sends[0])
-        send(*args)
-
-    link.send = hooked
+    hook_sends(comm._host.transport, before_send)
 
 
 def shape(collective: Collective) -> tuple[int, int]:
