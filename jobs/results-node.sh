@@ -3,7 +3,7 @@
 # the tuning table for this rank count, then the full benchmark (eager, every algorithm),
 # the small/medium sizes with CUDA graphs (--graph), the overlap with a GEMM (both workload
 # shapes, without and with an SM budget), the ring's timeline, the host time per eager call,
-# and bench.starve.
+# and tools.starve.
 # Usage: NGPUS=4 NAME=h200x4 OUTDIR=results bash jobs/results-node.sh
 # Env as in node-env.sh; TUNING: the tuning file to write or merge into; SM_BUDGET: the
 # --sm-budget of the second overlap run (default 16).
@@ -35,14 +35,14 @@ run "$NGPUS" "$PY" -m mpiring.bench -b 16M -e 1G -f 4 --overlap gemm,train --sm-
 echo "== the ring's timeline (where a call's time goes), alone and beside 8192^2 GEMMs (with a"
 echo "   budget: the GEMMs planned for the SMs it leaves)"
 for size in 64M 1G; do
-  run "$NGPUS" "$PY" -m mpiring.bench.timeline -b "$size" --calls 20 --gemm 8192 \
+  run "$NGPUS" "$PY" -m tools.timeline -b "$size" --calls 20 --gemm 8192 \
     --json "$OUTDIR/$NAME-timeline-$size.json" | tee "$OUTDIR/$NAME-timeline-$size.txt"
-  run "$NGPUS" "$PY" -m mpiring.bench.timeline -b "$size" --calls 20 --gemm 8192 \
+  run "$NGPUS" "$PY" -m tools.timeline -b "$size" --calls 20 --gemm 8192 \
     --sm-budget "$SM_BUDGET" \
     --json "$OUTDIR/$NAME-timeline-$size-sm$SM_BUDGET.json" | tee "$OUTDIR/$NAME-timeline-$size-sm$SM_BUDGET.txt"
 done
 echo "== host time per eager call (CuPy arrays and torch tensors)"
-run "$NGPUS" "$PY" -m mpiring.bench.enqueue -b 8K --torch | tee "$OUTDIR/$NAME-enqueue.txt"
+run "$NGPUS" "$PY" -m tools.enqueue -b 8K --torch | tee "$OUTDIR/$NAME-enqueue.txt"
 echo "== a fold, and a whole call's folds (per chunk, or one persistent launch), beside a GEMM (GPU 0)"
-timeout -k 10 "$TIMEOUT" "$PY" -m mpiring.bench.starve --json "$OUTDIR/$NAME-starve.json" \
+timeout -k 10 "$TIMEOUT" "$PY" -m tools.starve --json "$OUTDIR/$NAME-starve.json" \
   | tee "$OUTDIR/$NAME-starve.txt"

@@ -90,13 +90,22 @@ class Communicator:
         overlap: True when calls run beside compute: ``auto`` picks per size the smallest
             makespan beside a GEMM (the tuning table's ``overlap`` entries: ``python -m
             mpiring.tune --overlap``), not the fastest alone; without entries, as usual.
+        reproducible: True: every element of an allreduce's or ``Reduce_scatter_block``'s
+            result is the ranks' values reduced in rank order, accumulated in float32 for
+            2-byte floats and rounded once (:func:`mpiring.reproducible.reference`), whatever
+            the size, placement, chunking or row: ``auto`` picks among the rows that reduce so
+            (oneshot, twoshot, oneshot-ll on GPUs; mpi-twoshot on the host) and the others
+            refuse by name. Default ``MPIRING_REPRODUCIBLE`` (off). Equal on every rank.
+        replay: True (default): an eager GPU call of a shape seen before replays the launch
+            bound at its first call (:mod:`mpiring.replay`; same result, less host time).
+            False: every call takes the full path (a measurement aid, e.g. ``tools/enqueue.py``).
     """
 
     def __init__(self, comm: MPI.Intracomm | None = None, *, gpu: bool | None = None,
                  device: int | None = None, algorithm: str = "auto", batches: int | None = None,
                  slot_bytes: int | None = None, check: bool | str | None = None,
                  timeout: float | None = None, inter: str = "auto", sm_budget: int | None = None,
-                 overlap: bool = False) -> None:
+                 overlap: bool = False, reproducible: bool | None = None, replay: bool = True) -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
@@ -109,14 +118,15 @@ class Communicator:
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
         rejected: InvalidArgumentError | None = None
         try:  # a rank that rejects its arguments still joins set-up: its peers then raise at once
-            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes, sm_budget, overlap)
+            opts = Options.resolve(algorithm, batches, check, timeout, slot_bytes, sm_budget, overlap,
+                                   reproducible, replay)
             if inter not in INTERS:
                 raise InvalidArgumentError(f"inter={inter!r}: choose one of {', '.join(map(repr, INTERS))}")
             given = auto_tuning.explicit()  # MPIRING_TUNING_FILE, read and checked now
         except InvalidArgumentError as err:
             opts, rejected, given = Options.fallback(), err, None
         self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
-        self.check_mode, self.overlap = opts.check_mode, opts.overlap
+        self.check_mode, self.overlap, self.reproducible = opts.check_mode, opts.overlap, opts.reproducible
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
         self.comm = duplicate(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
@@ -134,7 +144,7 @@ class Communicator:
                                                   opts.sm_budget)
                 self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
                                             self._tuning.table, groups.topology, host, self._gpu,
-                                            opts.overlap)
+                                            opts.overlap, opts.reproducible)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -216,6 +226,12 @@ class Communicator:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def replays_kept(self) -> int:
+        """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.replay`):
+        0 on host arrays and with ``replay=False``."""
+        return len(self._replays)
 
     @property
     def gpu(self) -> bool:

@@ -68,8 +68,11 @@ class Dispatcher:
 
     def __init__(self, algorithm: str, batches: int | None, forced: str | None,
                  tuning: auto_table.TuningTable, topology: Topology, host: Backend,
-                 gpu: Backend | None, overlap: bool = False) -> None:
+                 gpu: Backend | None, overlap: bool = False, reproducible: bool = False) -> None:
         self.algorithm, self.batches, self.forced = algorithm, batches, forced
+        # Only rows that reduce in rank order (mpiring.reproducible): auto picks among them and
+        # the others refuse by name. Allgather reduces nothing: every row serves it.
+        self.reproducible = reproducible
         self.overlap = overlap  # auto reads the table's overlap entries (makespan beside compute)
         if overlap and topology.nodes == 1 and not tuning.has_overlap(topology.size):
             log.debug("overlap=True, but the tuning table has no overlap entries for %d ranks: auto "
@@ -203,21 +206,29 @@ class Dispatcher:
         """Whether auto's choice for such a call comes from the tuning table (GPU allreduce on one
         node of several ranks, with no MPIRING_ALGO that serves it)."""
         name = self.algorithm if algorithm is None else algorithm
-        forced = self.forced
         return (name == AUTO and memory is Memory.CUDA and collective is Collective.ALLREDUCE
                 and self.topology.nodes == 1 and self.topology.size > 1
-                and not (forced is not None
-                         and _fits(algorithms.get(forced), memory, collective, self.topology)))
+                and self._forced(memory, collective) is None)
+
+    def _ordered(self, collective: Collective) -> bool:
+        """Whether this call must reduce in rank order (reproducible=True; Allgather never reduces)."""
+        return self.reproducible and collective is not Collective.ALLGATHER
+
+    def _fits(self, row: Algorithm, memory: Memory, collective: Collective) -> bool:
+        return _fits(row, memory, collective, self.topology) and (row.rank_ordered
+                                                                  or not self._ordered(collective))
+
+    def _forced(self, memory: Memory, collective: Collective) -> str | None:
+        """MPIRING_ALGO, where it serves such a call (and keeps rank order if it must)."""
+        forced = self.forced
+        return forced if forced is not None and self._fits(algorithms.get(forced), memory, collective) \
+            else None
 
     def _resolve(self, nbytes: int, memory: Memory, algorithm: str | None,
                  collective: Collective) -> Algorithm:
         name = self.algorithm if algorithm is None else algorithms.check_name(algorithm)
         if name == AUTO:  # MPIRING_ALGO replaces auto's choice wherever it can serve the call
-            forced = self.forced
-            if forced is not None and _fits(algorithms.get(forced), memory, collective, self.topology):
-                name = forced
-            else:
-                name = self._auto_choice(nbytes, memory, collective)
+            name = self._forced(memory, collective) or self._auto_choice(nbytes, memory, collective)
         row = algorithms.get(name)
         if not row.serves(memory):
             kind = "GPU" if memory is Memory.CUDA else "host"
@@ -229,11 +240,15 @@ class Dispatcher:
                 f"algorithm {row.name!r} has no {collective.label}: use "
                 f"{', '.join(map(repr, algorithms.names(memory, collective=collective)))}")
         if not row.runs_on(self.topology.nodes):
-            choices = [a.name for a in algorithms.rows()
-                       if _fits(a, memory, collective, self.topology)] + [AUTO]
+            choices = [a.name for a in algorithms.rows() if self._fits(a, memory, collective)] + [AUTO]
             raise InvalidArgumentError(
                 f"algorithm {row.name!r} runs inside one node, but this communicator spans "
                 f"{self.topology.describe()}: use {', '.join(map(repr, choices))}")
+        if self._ordered(collective) and not row.rank_ordered:
+            choices = [a.name for a in algorithms.rows() if self._fits(a, memory, collective)] + [AUTO]
+            raise InvalidArgumentError(
+                f"algorithm {row.name!r} does not reduce in rank order, and this communicator is "
+                f"reproducible=True (the same bits at every size): use {', '.join(map(repr, choices))}")
         backend = self.backend(memory)
         why = backend.unavailable(row)
         if why is not None:
@@ -256,7 +271,12 @@ class Dispatcher:
         table's choice (its graph entries while a CUDA graph is being captured, unless theirs is
         a lazy row that has not run outside a capture yet; its eager ones otherwise), moved to
         the next candidate that can run the call (fits its size limit; capturable while a CUDA
-        graph is being captured)."""
+        graph is being captured). With reproducible=True, that choice where its row keeps rank
+        order, else a row that does (:meth:`_ordered_choice`)."""
+        usual = self._usual_choice(nbytes, memory, collective)
+        return self._ordered_choice(nbytes, memory, collective, usual) if self._ordered(collective) else usual
+
+    def _usual_choice(self, nbytes: int, memory: Memory, collective: Collective) -> str:
         gpu = self.gpu if memory is Memory.CUDA else None
         if self.topology.nodes > 1:
             if collective is Collective.ALLREDUCE:
@@ -286,6 +306,30 @@ class Dispatcher:
                     and gpu.unavailable(row) is None):
                 return name
         return first
+
+
+    def _ordered_choice(self, nbytes: int, memory: Memory, collective: Collective, usual: str) -> str:
+        """What auto runs with reproducible=True: its ``usual`` choice where that row reduces in
+        rank order, else the first such row, in table order, that can run the call (size limit;
+        capturable while a graph is captured)."""
+        backend = self.backend(memory)
+        names = [a.name for a in algorithms.rows() if a.rank_ordered and self._fits(a, memory, collective)]
+        if not names:
+            kind = "GPU" if memory is Memory.CUDA else "host"
+            raise UnavailableError(
+                f"reproducible=True: no row reduces {collective.label} of {kind} arrays in rank order on "
+                f"{self.topology.describe()} (rows that do: {', '.join(algorithms.rank_ordered(memory))}; "
+                "hier adds each node's partial sums, NCCL and the ring pass partial sums along): "
+                + ("use Allreduce and keep this rank's block, or " if collective is Collective.REDUCE_SCATTER
+                   else "") + "pass host arrays (mpi-twoshot), or reproducible=False")
+        capturing = memory is Memory.CUDA and backend.capturing()
+        for name in ((usual,) if usual in names else ()) + tuple(names):
+            row = algorithms.get(name)
+            limit = row.max_bytes(backend)
+            if ((limit is None or nbytes <= limit) and (row.graph_capturable or not capturing)
+                    and backend.unavailable(row) is None):
+                return name
+        return names[-1]  # _resolve raises what stops it
 
 
 def _then_average(run: Run, collective: Collective, ranks: int) -> Run:

@@ -62,7 +62,8 @@ def set_up(self: Communicator, groups: Groups, gpu: bool | None, device: int | N
         self._gpu = GpuBackend(groups, self.board, device, slot_bytes, self.timeouts, inter,
                                opts.sm_budget)
         self._check.use_gpu(self._gpu, self.check_mode)
-        self._replays = Replays.for_gpu()
+        if opts.replay:  # else the Replays(None) of __init__: it keys no call, so none replays
+            self._replays = Replays.for_gpu()
     return host
 
 

@@ -111,10 +111,13 @@ class Options:
     check_mode: str = GPU_CHECK  # where calls of rows that check on the GPU are checked
     sm_budget: int | None = None  # SMs mpiring's own kernels may hold at once (None: no budget)
     overlap: bool = False  # auto picks by makespan beside compute (the table's overlap entries)
+    reproducible: bool = False  # reductions in rank order only (mpiring.reproducible)
+    replay: bool = True  # a call of a known shape replays its bound launch (mpiring.replay)
 
     @classmethod
     def resolve(cls, algorithm: Any, batches: Any, check: bool | str | None, timeout: float | None,
-                slot_bytes: Any = None, sm_budget: Any = None, overlap: Any = False) -> Options:
+                slot_bytes: Any = None, sm_budget: Any = None, overlap: Any = False,
+                reproducible: Any = None, replay: Any = True) -> Options:
         settings.warn_unknown(stacklevel=4)  # a misspelt name would be ignored in silence (names
         # the caller of Communicator(): warn_unknown, resolve, __init__, the caller)
         settings.check_all()  # every variable, now: a bad one reaches every rank as this rank's error
@@ -133,9 +136,19 @@ class Options:
         if not isinstance(overlap, (bool, np.bool_)):
             raise InvalidArgumentError(f"overlap={overlap!r}: use True (auto picks what hides best "
                                        "beside compute) or False (what is fastest alone)")
+        if reproducible is None:
+            reproducible = bool(settings.flag("MPIRING_REPRODUCIBLE"))
+        elif not isinstance(reproducible, (bool, np.bool_)):
+            raise InvalidArgumentError(f"reproducible={reproducible!r}: use True (every result reduced in "
+                                       "rank order: the same bits at every size, from every row that "
+                                       "runs) or False (the fastest row)")
+        if not isinstance(replay, (bool, np.bool_)):
+            raise InvalidArgumentError(f"replay={replay!r}: use True (the default: a call of a shape "
+                                       "seen before replays its launch) or False (every call takes "
+                                       "the full path: a measurement aid)")
         return cls(name, check_batches(batches), mode != "off", TimeoutPolicy.resolve(timeout), forced,
                    check_slot_bytes(slot_bytes), GPU_CHECK if mode == "off" else mode, budget,
-                   bool(overlap))
+                   bool(overlap), bool(reproducible), bool(replay))
 
     @classmethod
     def fallback(cls) -> Options:
@@ -161,6 +174,7 @@ class Options:
             "MPIRING_DIRECT_BLOCKS": DIRECT_BLOCKS,  # as read at import
             "sm_budget": self.sm_budget,  # the direct kernels' grid (their flags line up across ranks)
             "overlap": self.overlap,  # auto's choice: every rank must run the same row
+            "reproducible": self.reproducible,  # ... and which rows may run at all
             "inter": inter,
             "timeout": "finite, positive",  # (a rank with another one rejected its arguments)
         }

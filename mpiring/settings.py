@@ -121,6 +121,9 @@ TABLE: tuple[Setting, ...] = (
     Setting("MPIRING_TUNING_DIR", "str", None,
             "where python -m mpiring.tune writes, and auto looks for, this user's tuning tables",
             unset="${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning", accepts="a folder"),
+    Setting("MPIRING_REPRODUCIBLE", "bool", False,
+            "every result reduced in rank order, the same bits at every size and from every row that "
+            "runs (reproducible=); rows that cannot refuse; equal on every rank"),
     Setting("MPIRING_SM_BUDGET", "int", None,
             "the most SMs mpiring's own kernels hold at once per GPU (sm_budget=); equal on every rank",
             low=1, unset="no budget"),

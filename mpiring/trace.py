@@ -16,7 +16,7 @@ signals are host waits); each run of the pipeline is one entry of ``calls``
 (a reduce-scatter or all-gather phase too). On a GPU the marks are CUDA events on the ring's
 own streams, read when the block ends (after ``comm.synchronize()``). Tracing adds a mark
 before and after each step, so a traced call is not a timed call: it shows where the time goes,
-the benchmark says how much there is (``python -m mpiring.bench.timeline`` runs both, beside a
+the benchmark says how much there is (``python -m tools.timeline`` in a checkout runs both, beside a
 GEMM).
 """
 

@@ -101,8 +101,9 @@ def test_modules_are_sized_by_their_job(path: Path) -> None:
 
 
 def test_cuda_cpp_lives_in_cu_files() -> None:
-    """Kernels are .cu/.cuh files (mpiring/cuda/csrc, mpiring/bench/csrc), which CI compiles with
-    NVRTC (tests/test_cuda_sources.py); a kernel in a Python string would escape that check."""
+    """Kernels are .cu/.cuh files (mpiring/cuda/csrc; the tools' in tools/csrc), which CI compiles
+    with NVRTC (tests/test_cuda_sources.py, tests/tools/test_tools_kernels.py); a kernel in a
+    Python string would escape that check."""
     inline = [str(p.relative_to(ROOT)) for p in _modules() if "__global__" in p.read_text(encoding="utf-8")]
     assert not inline, f"CUDA kernels written inside Python modules: {inline}: move them to a .cu file"
 
@@ -135,11 +136,12 @@ def test_the_algorithm_rows_import_no_backend_at_run_time() -> None:
     assert "backends/" not in below and "communicator" not in below
 
 
-def test_the_readme_algorithm_table_is_rendered_from_the_rows() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_algorithm_table_is_rendered_from_the_rows() -> None:
+    """docs/design.md holds the algorithm table (the README links to it)."""
+    page = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     table = algorithms.markdown_table()
-    assert table in readme, (
-        "the README's algorithm table differs from mpiring.algorithms.markdown_table(); paste:\n" + table)
+    assert table in page, (
+        "docs/design.md's algorithm table differs from mpiring.algorithms.markdown_table(); paste:\n" + table)
 
 
 def test_a_planted_cycle_is_found(tmp_path: Path) -> None:

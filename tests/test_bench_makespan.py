@@ -150,7 +150,7 @@ def test_sms_held_reads_the_communicators_budget():
     assert sm_hold(per_row, "oneshot", {}) == (None, ALL_SMS)  # no budget for this row
     assert sm_hold(Budget(None), "ring") == (None, ALL_SMS)
     assert sm_hold(object(), "ring", {}).sms is None
-    # A peer's kernels are not mpiring's: the budget does not bound them.
+    # A rival's kernels are not mpiring's: the budget does not bound them.
     assert sm_hold(Budget(24), "torch-symm-1shot", {}).sms is None
 
 

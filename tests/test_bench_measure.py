@@ -350,11 +350,11 @@ def test_serial_end_to_end(tmp_path):
     assert len(list(tmp_path.glob("t_*.png"))) == 2  # main figure and batch sweep
     with csvs[0].open() as f:
         rows = list(csv.DictReader(f))
-    # 5 sizes x (mpi x 2 placements + (ring, hier) x 2 batches x 2 placements)
-    assert len(rows) == 5 * 10
+    # 5 sizes x ((mpi, mpi-twoshot) x 2 placements + (ring, hier) x 2 batches x 2 placements)
+    assert len(rows) == 5 * 12
     assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
     assert {r["wrong"] for r in rows} == {"0"}
-    assert {r["algo"] for r in rows} == {"mpi", "ring", "hier"}
+    assert {r["algo"] for r in rows} == {"mpi", "ring", "hier", "mpi-twoshot"}
 
 
 class BlockComm(FakeComm):

@@ -176,15 +176,15 @@ def test_baselines_are_named_by_their_collective():
     assert labels[0] == "NCCL Allgather" and "mpiring ring" in labels
 
 
-def test_peers_plot_and_the_speedups_name_the_chosen_baseline(tmp_path, monkeypatch):
-    """With --baseline torch the speed-up panel is against torch, and every peer has a style."""
+def test_rivals_plot_and_the_speedups_name_the_chosen_baseline(tmp_path, monkeypatch):
+    """With --baseline torch the speed-up panel is against torch, and every rival has a style."""
     rows = fake_rows(algos=("torch", "nccl", "torch-symm-1shot", "nccl-symm", "ring"))
     for r in rows:
         r.baseline = "torch"
     figures = []
     monkeypatch.setattr(plot.plt, "close", figures.append)
-    written = plot.plot_results(rows, {}, tmp_path / "peers")
-    assert written == [tmp_path / "peers.png"] and _is_png(written[0])
+    written = plot.plot_results(rows, {}, tmp_path / "rivals")
+    assert written == [tmp_path / "rivals.png"] and _is_png(written[0])
     speedup_axis = figures[0].axes[2]
     assert speedup_axis.get_ylabel().startswith("speed-up vs torch")
     assert "torch.distributed all_reduce" in speedup_axis.get_title()

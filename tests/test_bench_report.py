@@ -205,3 +205,38 @@ def test_nccl_tests_mode_prints_plain_tables(capsys):
     assert [d[0] for d in data] == ["1024", "2048"] and all(len(d) == 13 for d in data)
     assert lines[0] == "# mpiring allreduce benchmark" and "" not in lines
     assert any(line.startswith("# Avg bus bandwidth    : 2 ") for line in lines)
+
+
+def _report_everything() -> None:
+    """One of each thing a reporter prints: banner, note, table with long cells, notes, summary."""
+    rep = Reporter(True, progress="off", baseline="nccl")
+    rep.set_baseline("torch-symm-1shot", overlap=("gemm",))
+    rep.banner("mpiring allreduce benchmark", [("ranks", "4 on a, b"), ("", " Rank 0 on a")],
+               note="no GPU")
+    rep.start(3)
+    rep.row(row(algo="auto", batches="-", resolved="a-very-long-algorithm-name", gemm_slowdown=1.5))
+    rep.row(row(algo="nccl-ring", batches="4", status="fail", check="FAIL", wrong=17, time_us=None,
+                note="rank 2: wrong result: 17 of 262144 [first at 3]"))
+    rep.section()
+    rep.row(row(count=12345678901234, time_us=123456789.0))  # cut: the cell is too narrow
+    rep.note("  a note [in brackets]", style="red")
+    rep.print("# wrote results/x.csv", soft_wrap=True, markup=False)
+    rep.stop()
+
+
+def test_without_rich_the_same_text_is_printed(capsys, monkeypatch):
+    """mpiring-tune runs without the bench extra: mpiring.bench.plain's stand-ins print what rich
+    prints off a terminal, line for line (trailing blanks aside)."""
+    from mpiring.bench import plain, report
+
+    _report_everything()
+    with_rich = capsys.readouterr().out
+    for name in ("Console", "Table", "Text"):
+        monkeypatch.setattr(report, name, getattr(plain, name))
+    monkeypatch.setattr(report, "HAVE_RICH", False)
+    assert not Reporter(True, progress="on").live  # no live bar without rich, even when asked
+    _report_everything()
+    without = capsys.readouterr().out
+    assert [line.rstrip() for line in without.splitlines()] == [
+        line.rstrip() for line in with_rich.splitlines()]
+    assert "…" in without and "[first at 3]" in without and "[in brackets]" in without

@@ -208,7 +208,7 @@ def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
     assert text.startswith("--algo oneshot: it runs only where every rank is on one node")
     assert where in text and "choose from nccl, nccl-ring, torch, hier, auto" in text
     run, _ = runner._algorithms(None, gpu=False, collective="allgather", nodes=2)
-    assert run == ["mpi"]
+    assert run == ["mpi", "mpi-twoshot"]
 
 
 def test_sweep_runs_collective_after_collective():

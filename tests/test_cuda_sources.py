@@ -17,7 +17,6 @@ import re
 
 import pytest
 
-from mpiring.bench import kernels as bench_kernels
 from mpiring.cuda import sources
 from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op
 
@@ -92,24 +91,6 @@ def test_every_source_compiles_with_every_instantiation(nvrtc, name: str) -> Non
     for expr, symbol in lowered.items():
         assert symbol.startswith("_Z"), (expr, symbol)
     assert len(set(lowered.values())) == len(expressions), "two name expressions lowered to one kernel"
-
-
-@pytest.mark.parametrize("name", sorted(bench_kernels.KERNELS))
-def test_every_benchmark_kernel_source_compiles(nvrtc, name: str) -> None:
-    """The benchmark's measuring kernels (mpiring/bench/csrc: bench.enqueue's gate, bench.starve's
-    folds) compile warning-free for sm_90, with every extern "C" kernel their launchers look up."""
-    kernels = list(bench_kernels.KERNELS[name])
-    compiled, log, lowered = compile_source(nvrtc, bench_kernels.source(name), name, kernels)
-    assert compiled, f"{name} failed to compile:\n{log}"
-    assert not log.strip(), f"{name} compiled with messages:\n{log}"
-    assert lowered == {k: k for k in kernels}  # extern "C": looked up by their plain names
-
-
-def test_the_benchmark_kernel_sources_are_known() -> None:
-    """Every .cu file of mpiring/bench/csrc says which kernels it provides; an unknown name is refused."""
-    assert sorted(p.name for p in bench_kernels.CSRC.glob("*.cu")) == sorted(bench_kernels.KERNELS)
-    with pytest.raises(KeyError, match="no benchmark kernel source 'fold.cu'"):
-        bench_kernels.source("fold.cu")
 
 
 def test_name_expressions_cover_every_dtype_and_op() -> None:

@@ -45,3 +45,11 @@ def test_every_rank_must_share_the_budget_and_the_overlap_setting(monkeypatch) -
 def test_overlap_takes_a_bool(bad) -> None:
     with pytest.raises(InvalidArgumentError, match="overlap=.*True"):
         Options.resolve("auto", None, None, None, overlap=bad)
+
+
+@pytest.mark.parametrize("bad", ["no", 0, None])
+def test_replay_takes_a_bool(bad) -> None:
+    assert Options.resolve("auto", None, None, None).replay is True
+    assert Options.resolve("auto", None, None, None, replay=False).replay is False
+    with pytest.raises(InvalidArgumentError, match="replay=.*False"):
+        Options.resolve("auto", None, None, None, replay=bad)

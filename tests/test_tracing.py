@@ -35,7 +35,7 @@ class TickClock(Clock):
         self.ticks = itertools.count()
         self.queues: list[str] = []
 
-    def begin(self) -> int:
+    def begin(self, call) -> int:
         self.queues.append("begin")
         return next(self.ticks)
 

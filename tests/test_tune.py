@@ -1,9 +1,13 @@
 """mpiring.bench.tune's local parts: options, candidates, the table from bench rows, merging, the
-file, and the checks made before measuring; plus one serial run on the host transport."""
+file, and the checks made before measuring; plus one serial run on the host transport, and
+``mpiring-tune`` without the bench extra (no rich, no matplotlib)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from mpi4py import MPI
@@ -329,3 +333,41 @@ def test_serial_overlap_is_refused_on_the_host_before_measuring(tmp_path, capsys
     assert status == 3 and not path.exists()
     assert "--overlap needs GPUs" in captured.err and "--host was given" in captured.err
     assert "mpiring tuning" not in captured.out  # no sweep started
+
+
+# -- mpiring-tune without the bench extra -------------------------------------------------------
+
+# What a child runs first: rich and matplotlib (the bench extra) cannot be imported.
+WITHOUT_BENCH_EXTRA = "import sys; sys.modules.update(dict.fromkeys(['rich', 'matplotlib'], None)); "
+
+
+def without_bench_extra(code: str, tmp_path) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` where rich and matplotlib do not import, outside any MPI job."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "MPIR_", "HYDRA_", "MPICH_INTERFACE", "OMPI_"))}
+    env["MPIRING_TUNING_DIR"] = str(tmp_path / "user")
+    return subprocess.run([sys.executable, "-c", WITHOUT_BENCH_EXTRA + code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_tuner_imports_and_helps_without_rich_and_matplotlib(tmp_path):
+    done = without_bench_extra("import mpiring.tune; sys.exit(mpiring.tune.main(['--help']))", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "usage: python -m mpiring.tune" in done.stdout and "--overlap" in done.stdout
+
+
+@pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
+def test_the_tuner_runs_without_rich_and_matplotlib(tmp_path):
+    """A whole run on the host, printed in plain text (mpiring.bench.plain), the table written."""
+    path = tmp_path / "t.json"
+    done = without_bench_extra(
+        "import mpiring.tune, mpiring.bench.report as r; assert not r.HAVE_RICH; "
+        f"sys.exit(mpiring.tune.main(['--host', '-b', '1K', '-e', '4K', '--time-budget', '0.003', "
+        f"'--reps', '2', '-o', {str(path)!r}, '--progress', 'on']))", tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert load(path).tables == {1: ((None, "ring"),)}
+    out = done.stdout
+    assert "mpiring tuning: auto's candidates, eager calls" in out and "every size         ring" in out
+    assert "busbw" in out and "#wrong" in out  # the table's header
+    assert any(line.lstrip().startswith("1 KiB") and "ring" in line for line in out.splitlines()), out
+    assert f"wrote {path}" in out and "\x1b[" not in out  # no colours, no live bar

@@ -8,6 +8,7 @@
     nccl         GPU    any        ncclAllReduce (nccl.py)
     nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
     mpi          host   any        MPI.Allreduce (mpi.py)
+    mpi-twoshot  host   any        shards to owners, reduced in rank order, all-gather (mpi_twoshot.py)
     hier         both   any        ring in each node, NCCL/MPI between nodes (hier.py)
 
 plus ``auto``, which is no row: it picks a row per message size (:mod:`.auto`), and ``hier``
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from ..buffers import Memory
 from ..errors import InvalidArgumentError
-from . import direct, hier, mpi, nccl, ring, ring_events
+from . import direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
 from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
 
 AUTO = "auto"
@@ -54,7 +55,7 @@ def version() -> int:
 
 
 for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, direct.ONESHOT_LL, nccl.NCCL,
-             nccl.NCCL_RING, mpi.ROW, hier.ROW):
+             nccl.NCCL_RING, mpi.ROW, hier.ROW, mpi_twoshot.ROW):
     register(_row)
 
 
@@ -104,6 +105,12 @@ def auto_candidates(memory: Memory = Memory.CUDA) -> tuple[str, ...]:
     return tuple(a.name for a in _TABLE.values() if a.auto and a.serves(memory))
 
 
+def rank_ordered(memory: Memory) -> tuple[str, ...]:
+    """The rows of ``reproducible=True`` for ``memory``: those that reduce in rank order
+    (:mod:`mpiring.reproducible`), in table order."""
+    return tuple(a.name for a in _TABLE.values() if a.rank_ordered and a.serves(memory))
+
+
 AUTO_SUMMARY = ("on one node: per message size from a tuning table measured on the machine (rows "
                 "marked auto; see below); across nodes: `hier`")
 _SHORT = {Collective.ALLREDUCE: "AR", Collective.REDUCE_SCATTER: "RS", Collective.ALLGATHER: "AG"}
@@ -126,5 +133,5 @@ def markdown_table() -> str:
 
 
 __all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "Collective", "Scope", "auto_candidates",
-           "by_code", "check_name", "get", "markdown_table", "name_of_code", "names", "register", "rows",
-           "unregister", "version"]
+           "by_code", "check_name", "get", "markdown_table", "name_of_code", "names", "rank_ordered",
+           "register", "rows", "unregister", "version"]

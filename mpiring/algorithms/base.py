@@ -114,6 +114,10 @@ class Algorithm:
             a callable that enqueues that allreduce again (on the caller's stream) and does
             exactly what ``run(backend, call)`` would: the eager fast path replays it for
             later calls of the same shape (:mod:`mpiring.replay`). None: every call runs ``run``.
+        rank_ordered: every element it reduces is the ranks' values folded in rank order,
+            accumulated in float32 for 2-byte floats and rounded once — exactly
+            :func:`mpiring.reproducible.reference`, whatever the size, chunking or placement —
+            so ``reproducible=True`` may run it (and only such rows).
     """
 
     name: str
@@ -136,6 +140,7 @@ class Algorithm:
     lazy: bool = False
     gpu_check: bool = False
     bind: Bind | None = None
+    rank_ordered: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":

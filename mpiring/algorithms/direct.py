@@ -10,6 +10,8 @@ push only.
 * two-shot: reduce-scatter by pushing shards to their owners, barrier, all-gather by pushing
   the reduced shards, barrier (medium messages: bandwidth).
 
+Each reduces every element in rank order (rank 0's value, then rank 1's folded in, ...), in
+float32 for 2-byte floats, rounded once: ``rank_ordered``, the rows of ``reproducible=True``.
 Each carries the call's descriptor (``Call.desc``) and checks on the GPU that every rank runs the
 same call before it writes any output (``gpu_check``: ``csrc/agree.cuh``). The kernels are
 ``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct``.
@@ -67,13 +69,14 @@ ONESHOT = Algorithm(
             "rank reduces all rows locally",
     best_for="small messages (latency)",
     graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True, bind=bind_oneshot,
+    rank_ordered=True,
 )
 TWOSHOT = Algorithm(
     "twoshot", 6, GPU, run_twoshot,
     summary="one kernel: reduce-scatter by pushing shards to their owners, flag barrier, "
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
-    graph_capturable=True, auto=True, gpu_check=True, bind=bind_twoshot,
+    graph_capturable=True, auto=True, gpu_check=True, bind=bind_twoshot, rank_ordered=True,
 )
 ONESHOT_LL = Algorithm(
     "oneshot-ll", ONESHOT_LL_CODE, GPU, run_oneshot_ll,
@@ -81,5 +84,5 @@ ONESHOT_LL = Algorithm(
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB",
     graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
-    bind=bind_oneshot_ll,
+    bind=bind_oneshot_ll, rank_ordered=True,
 )

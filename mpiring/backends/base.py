@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from mpi4py import MPI
@@ -18,6 +18,8 @@ from ..schedule import Phase
 if TYPE_CHECKING:
     from ..algorithms.base import Algorithm, Call, Collective
     from ..groups import Groups
+
+State = TypeVar("State")
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,19 @@ class Backend(ABC):
     def capturing(self) -> bool:
         """Whether the caller's work is being captured into a CUDA graph now."""
         return False
+
+    def state(self, owner: str, make: Callable[[], State]) -> State:
+        """The per-communicator state of algorithm ``owner`` (its staging, say): made by
+        ``make`` at the first call that asks, then kept until the communicator closes. An
+        algorithm's module owns what it keeps here; the backend only holds it."""
+        states: dict[str, Any] = self.__dict__.setdefault("_states", {})
+        if owner not in states:
+            states[owner] = make()
+        return states[owner]
+
+    def drop_states(self) -> None:
+        """Forget every algorithm's state (at close)."""
+        self.__dict__.pop("_states", None)
 
     def failure(self) -> MpiringError | None:
         """A failure met by asynchronous work since the last look (GPU), or None."""

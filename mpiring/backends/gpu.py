@@ -349,6 +349,7 @@ class GpuBackend(Backend):
         freed, and no rank is waited for. If the drain itself expires, nothing the GPU may
         still touch is released (it stays until the process exits) and the timeout is raised.
         """
+        self.drop_states()
         drained = True
         error: BaseException | None = None
         seen = None

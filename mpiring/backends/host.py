@@ -41,6 +41,7 @@ class HostBackend(Backend):
         self.comm = groups.comm
         self.rank, self.size = self.comm.rank, self.comm.size
         self.waiter = timeouts.waiter(self.rank)
+        self.slot_bytes = slot_bytes  # one ring slot; it bounds mpi-twoshot's staging too
         self.transport = HostTransport(board.shared, slot_bytes, timeouts, groups.node_ranks)
         self.pipeline = RingPipeline(self.transport)
 
@@ -126,5 +127,6 @@ class HostBackend(Backend):
                             buffers=(data,))
 
     def close(self, abandon: bool = False) -> MpiringError | None:
+        self.drop_states()
         self.transport.close(abandon)
         return None

@@ -21,18 +21,18 @@ def _stamp(world: Any) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status (see ``--help``)."""
-    from .argtypes import _rank
+    from .argtypes import launch_rank
     from .cli import parse_args
     from .files import missing_dependencies
-    from .peers.env import multicast_off
+    from .rivals.env import multicast_off
 
     overridden = multicast_off()  # NVLink multicast off, before anything initialises NCCL/torch
     opts = parse_args(argv)  # exits on a bad option, alike on every rank
-    if overridden and _rank() == 0:
+    if overridden and launch_rank() == 0:
         print("mpiring.bench: " + "; ".join(overridden), file=sys.stderr)
     problem = missing_dependencies(opts.plot)  # before the sweep, not after an hour of it
     if problem:
-        if _rank() == 0:
+        if launch_rank() == 0:
             print(f"mpiring.bench: {problem}", file=sys.stderr)
         return 3
 
@@ -82,9 +82,9 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     meta["baseline"] = sw.baseline  # the row every speed-up is against ("" for none)
     meta["sm_budget"] = sw.comm.sm_budget  # SMs mpiring's kernels may hold (None: no budget)
     meta["noisy_rule"] = summary.NOISY_RULE
-    if sw.peers is not None:
-        meta["peers"] = {n: sw.peers.notes.get(n) or f"skipped: {sw.skipped.get(n, '?')}"
-                         for n in sw.algos if n in sw.peers.notes or n in sw.skipped}
+    if sw.rivals is not None:
+        meta["rivals"] = {n: sw.rivals.notes.get(n) or f"skipped: {sw.skipped.get(n, '?')}"
+                          for n in sw.algos if n in sw.rivals.notes or n in sw.skipped}
     if sw.left_out:
         meta["left_out"] = list(sw.left_out)  # node-scoped rows: the communicator spans nodes
     if sw.overlap_line:

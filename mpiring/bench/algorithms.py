@@ -3,12 +3,12 @@
 
 Order of a sweep: the reference first (speed-ups are against it by default: ncclAllReduce on
 GPUs, MPI.Allreduce on the host; NCCL's / MPI's reduce-scatter and all-gather for those
-collectives), then the other baselines, then the peers (other libraries' allreduce:
-:mod:`mpiring.bench.peers`; allreduce only), then mpiring's algorithms in table order, then
+collectives), then the other baselines, then the rivals (other libraries' allreduce:
+:mod:`mpiring.bench.rivals`; allreduce only), then mpiring's algorithms in table order, then
 ``auto`` (GPU sweeps only: on the host ``auto`` means ``ring``, so it runs there only when
 asked for with ``--algo``). A collective's sweep holds the rows that implement it; on a
 communicator that spans nodes, rows that need every rank on one node (``Scope.NODE``, or a
-peer's ``node_only``) are left out (:func:`node_only`). ``--baseline`` moves its row first
+rival's ``node_only``) are left out (:func:`node_only`). ``--baseline`` moves its row first
 (:func:`baseline_first`), so every row's speed-up is known when the row is printed.
 """
 
@@ -19,21 +19,21 @@ from collections.abc import Sequence
 from .. import algorithms
 from ..algorithms import Algorithm
 from ..buffers import Memory
-from . import peers
+from . import rivals
 from .collectives import ALLREDUCE, kind
 
 AUTO = algorithms.AUTO
 
 
 def all_names() -> tuple[str, ...]:
-    """Every name ``--algo`` accepts: the table's rows, the peers, then ``auto``."""
+    """Every name ``--algo`` accepts: the table's rows, the rivals, then ``auto``."""
     rows = algorithms.names(with_auto=False)
-    return rows + peers.names() + (AUTO,)
+    return rows + rivals.names() + (AUTO,)
 
 
 def is_batched(name: str) -> bool:
     """Whether ``name`` takes a mini-batch count (the others run once per size)."""
-    return name != AUTO and not peers.is_peer(name) and algorithms.get(name).batched
+    return name != AUTO and not rivals.is_rival(name) and algorithms.get(name).batched
 
 
 def graph_capturable(name: str) -> bool:
@@ -41,16 +41,16 @@ def graph_capturable(name: str) -> bool:
     capturable rows while capturing)."""
     if name == AUTO:
         return True
-    if peers.is_peer(name):
-        return peers.get(name).graph_capturable
+    if rivals.is_rival(name):
+        return rivals.get(name).graph_capturable
     return algorithms.get(name).graph_capturable
 
 
-def _peers(gpu: bool, collective: str, nodes: int | None) -> list[str]:
-    """The peers of a sweep (allreduce only), those that run on ``nodes`` (None: any)."""
+def _rivals(gpu: bool, collective: str, nodes: int | None) -> list[str]:
+    """The rivals of a sweep (allreduce only), those that run on ``nodes`` (None: any)."""
     if collective != ALLREDUCE:
         return []
-    specs = [peers.get(n) for n in peers.names(peers.GPU if gpu else peers.HOST)]
+    specs = [rivals.get(n) for n in rivals.names(rivals.GPU if gpu else rivals.HOST)]
     return [p.name for p in specs if nodes is None or p.runs_on(nodes)]
 
 
@@ -65,7 +65,7 @@ def default_sweep(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tup
     rows = [a for a in _rows(gpu, collective) if a.runs_on(nodes)]
     first = [a.name for a in rows if a.baseline]
     rest = [a.name for a in rows if not a.baseline]
-    return tuple(first + _peers(gpu, collective, nodes) + rest + ([AUTO] if gpu else []))
+    return tuple(first + _rivals(gpu, collective, nodes) + rest + ([AUTO] if gpu else []))
 
 
 def runnable(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tuple[str, ...]:
@@ -76,8 +76,8 @@ def runnable(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tuple[st
 
 
 def implements(name: str, collective: str) -> bool:
-    """Whether ``name`` runs ``collective`` (``auto`` runs every one; peers allreduce only)."""
-    if peers.is_peer(name):
+    """Whether ``name`` runs ``collective`` (``auto`` runs every one; rivals allreduce only)."""
+    if rivals.is_rival(name):
         return collective == ALLREDUCE
     return name == AUTO or algorithms.get(name).runner(kind(collective)) is not None
 
@@ -85,7 +85,7 @@ def implements(name: str, collective: str) -> bool:
 def node_only(gpu: bool, collective: str = ALLREDUCE) -> tuple[str, ...]:
     """The rows of ``collective``'s sweep that run only where every rank is on one node."""
     rows = [a.name for a in _rows(gpu, collective) if not a.runs_on(2)]
-    scoped = [n for n in _peers(gpu, collective, None) if not peers.get(n).runs_on(2)]
+    scoped = [n for n in _rivals(gpu, collective, None) if not rivals.get(n).runs_on(2)]
     return tuple(rows + scoped)
 
 

@@ -15,7 +15,10 @@ from .nccl_names import OPS, op_name, type_name
 from .sizes import parse_size
 
 
-def _rank() -> int:
+def launch_rank() -> int:
+    """This process's rank: MPI's where MPI is initialised, else the launcher's (``PMI_RANK``,
+    ``OMPI_COMM_WORLD_RANK``, ...), else 0. Cheap, and never initialises MPI (option parsing
+    runs before it)."""
     mpi = sys.modules.get("mpi4py.MPI")
     if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
         return int(mpi.COMM_WORLD.Get_rank())
@@ -29,7 +32,7 @@ class RankZeroParser(argparse.ArgumentParser):
     """An argument parser that prints on rank 0 only (every rank parses the same argv)."""
 
     def _print_message(self, message: str, file: Any = None) -> None:
-        if _rank() == 0:
+        if launch_rank() == 0:
             super()._print_message(message, file)
 
 
@@ -133,4 +136,5 @@ def batches_list(text: str) -> tuple[int | str, ...]:
 
 
 __all__ = ["OPS", "RankZeroParser", "batches_list", "choices_list", "dtype_arg", "int_at_least",
-           "int_in", "nonneg_int", "op_arg", "positive_float", "positive_int", "size_arg"]
+           "int_in", "launch_rank", "nonneg_int", "op_arg", "positive_float", "positive_int",
+           "size_arg"]

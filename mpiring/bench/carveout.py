@@ -1,13 +1,13 @@
 """SMs left free by the user's GEMMs: ``cublasSetSmCountTarget`` on a cuBLAS handle.
 
-Measured on one H200 (``python -m mpiring.bench.starve``, ``results/h200x1-starve*.json``):
+Measured on one H200 (``python -m tools.starve`` in a checkout, ``results/h200x1-starve*.json``):
 beside a cuBLAS 8192^2 float16 GEMM planned for every SM, about one fold kernel in a hundred
 waits for a whole GEMM (p99 1.15-1.6 ms against 14 us alone), whatever its grid, its stream
 priority or a green context of its own; with the GEMM planned for 116 of the 132 SMs the
 fold's p99 is 44.5 us and the GEMM 1.13x slower. The SMs an allreduce gets beside compute are
 therefore the compute's to give: this module gives them, for the benchmark's GEMMs (CuPy's
-handle, torch's) and for ``bench.starve``. PyTorch users can do the same for their model with
-``torch._C._set_sm_carveout_experimental`` (where their torch has it).
+handle, torch's) and for the repository's ``tools.starve``. PyTorch users can do the same for
+their model with ``torch._C._set_sm_carveout_experimental`` (where their torch has it).
 """
 
 from __future__ import annotations

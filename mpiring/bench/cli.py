@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .algorithms import AUTO, all_names
+from .algorithms import AUTO, all_names, graph_capturable
 from .argtypes import (
     RankZeroParser,
     batches_list,
@@ -150,6 +150,13 @@ class Options:
     def memory(self) -> str:
         """What the run benchmarks: "gpu" (--gpu), "host" (--host) or "auto"."""
         return "gpu" if self.gpu else "host" if self.host else "auto"
+
+
+def in_graph(opts: Options, algo: str) -> bool:
+    """Whether ``algo``'s calls are timed from a CUDA graph: with --graph always (rows that
+    cannot be captured are n/a there); with --gpu-time every row the table marks capturable
+    (``auto`` too: it never picks an uncapturable row while capturing)."""
+    return opts.timing == "graph" or (opts.timing == "gpu" and graph_capturable(algo))
 
 
 def baseline_arg(text: str) -> str:

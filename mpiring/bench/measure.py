@@ -249,9 +249,9 @@ class PointMeasurer:
 
     def measure(self, point: Point, bufs: SizeBuffers, call: Callable[[], None] | None = None,
                 capture: Capture | None = None) -> Outcome:
-        """Check, then time, one point. ``call`` replaces the communicator's call (a peer's,
-        :mod:`mpiring.bench.peers`); ``capture`` replaces the CuPy graph capture of
-        :func:`capture_cupy` (a torch peer's)."""
+        """Check, then time, one point. ``call`` replaces the communicator's call (a rival's,
+        :mod:`mpiring.bench.rivals`); ``capture`` replaces the CuPy graph capture of
+        :func:`capture_cupy` (a torch rival's)."""
         self._capture = capture
         try:
             return self._measure(point, bufs, call)

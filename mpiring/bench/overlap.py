@@ -310,8 +310,20 @@ class SmHold(NamedTuple):
 
 
 ALL_SMS = "all: its kernels launch the grid they want"
-_NCCL_CAPS = {"nccl": ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"),
-              "nccl-ring": ("NCCL_MAX_P2P_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")}
+# NCCL's channel caps, first the one that applies: to its collectives, and to its send/recv.
+NCCL_CAPS = ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS")
+NCCL_P2P_CAPS = ("NCCL_MAX_P2P_NCHANNELS", *NCCL_CAPS)
+# The NCCL rows (``Algorithm.nccl`` in the table) whose transfers are NCCL send/recv, not one
+# NCCL collective: the table does not say which.
+NCCL_SEND_RECV = frozenset({"nccl-ring"})
+
+
+def nccl_caps(algorithm: str) -> tuple[str, ...]:
+    """The environment variables that cap the channels of an NCCL row of the algorithm table
+    (``nccl=True``), the first that applies first; () for any other name."""
+    if algorithm not in algorithms.names(with_auto=False) or not algorithms.get(algorithm).nccl:
+        return ()
+    return NCCL_P2P_CAPS if algorithm in NCCL_SEND_RECV else NCCL_CAPS
 
 
 def _positive(env: Mapping[str, str], name: str) -> int | None:
@@ -331,10 +343,11 @@ def sm_hold(comm: Any, algorithm: str, environ: Mapping[str, str] | None = None)
     row), else whatever grid they want: None, "all". The NCCL rows are not bounded by it: they
     hold one thread block, so one SM, per channel, and NCCL's channel cap is what the
     environment sets (``NCCL_MAX_NCHANNELS``; ``NCCL_MAX_P2P_NCHANNELS`` first for send/recv),
-    an upper bound; without one the count is NCCL's choice, unknown here, as for the peers."""
-    if algorithm in _NCCL_CAPS:
+    an upper bound; without one the count is NCCL's choice, unknown here, as for the rivals."""
+    caps = nccl_caps(algorithm)
+    if caps:
         env = os.environ if environ is None else environ
-        for name in _NCCL_CAPS[algorithm]:
+        for name in caps:
             cap = _positive(env, name)
             if cap is not None:
                 return SmHold(cap, f"{name}={cap}: NCCL's channel cap, one block per channel")
@@ -342,7 +355,7 @@ def sm_hold(comm: Any, algorithm: str, environ: Mapping[str, str] | None = None)
         return SmHold(None, "unknown: NCCL picks its channel count"
                       + (f" (at least {floor}: NCCL_MIN_NCHANNELS)" if floor else ""))
     if algorithm not in algorithms.names():
-        return SmHold(None, "unknown: a peer's kernels launch the grid they want")
+        return SmHold(None, "unknown: a rival's kernels launch the grid they want")
     budget = getattr(comm, "sm_budget", None)
     if callable(budget):
         budget = budget(algorithm)

@@ -10,12 +10,14 @@ from typing import Any
 
 from matplotlib.ticker import FixedLocator, NullLocator
 
+from .. import algorithms
 from .algorithms import AUTO, default_sweep
-from .collectives import ALLREDUCE, MPI_NAMES
+from .collectives import ALLREDUCE, MPI_NAMES, kind
 from .results import Row
 from .sizes import format_size
 
-# algorithm: (legend name, colour, marker); others get a colour of the fallback cycle.
+# algorithm: (legend name, colour, marker). A row of the algorithm table without one is named
+# from the table ("mpiring <name>", a baseline by its name) in a colour of the fallback cycle.
 STYLES = {
     "nccl": ("NCCL allreduce", "#2ca02c", "s"),
     "nccl-ring": ("NCCL send/recv ring", "#ff7f0e", "^"),
@@ -31,15 +33,32 @@ STYLES = {
     "torch-symm-2shot": ("torch symm-mem two-shot", "#6b6b00", "h"),
     "nccl-symm": ("NCCL symmetric window", "#004d00", "*"),
 }
-BASELINE_NAMES = {"nccl": "NCCL ", "mpi": "MPI."}  # + MPI's name of the collective
+EMPHASIZED = ("ring", AUTO)  # drawn wider and on top: mpiring's ring and auto
 _FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")
 ORDER = {a: i for i, a in enumerate(dict.fromkeys(default_sweep(True) + default_sweep(False)))}
+
+
+def _row(algo: str) -> algorithms.Algorithm | None:
+    """``algo``'s row of the algorithm table (None for auto and the rivals)."""
+    return algorithms.get(algo) if algo in algorithms.names(with_auto=False) else None
 
 
 def style_of(algo: str) -> tuple[str, str, str]:
     if algo in STYLES:
         return STYLES[algo]
-    return algo, _FALLBACK[sum(map(ord, algo)) % len(_FALLBACK)], "o"
+    row = _row(algo)
+    name = f"mpiring {algo}" if row is not None and not row.baseline else algo
+    return name, _FALLBACK[sum(map(ord, algo)) % len(_FALLBACK)], "o"
+
+
+def baseline_prefix(algo: str, collective: str) -> str:
+    """What a baseline row's line of ``collective`` (not allreduce) is named by, before MPI's
+    name of the collective: "NCCL " for the table's NCCL rows, "MPI." for the others; "" for
+    mpiring's rows, the rivals, and rows without that collective."""
+    row = _row(algo)
+    if row is None or not row.baseline or row.runner(kind(collective)) is None:
+        return ""
+    return "NCCL " if row.nccl else "MPI."
 
 
 def line_style(algo: str, placement: str, label: str) -> dict[str, Any]:
@@ -47,8 +66,8 @@ def line_style(algo: str, placement: str, label: str) -> dict[str, Any]:
     _, color, marker = style_of(algo)
     dashes = {("out", False): "-", ("in", False): "--", ("out", True): ":", ("in", True): "-."}
     return dict(color=color, marker=marker, markersize=4, label=label,
-                linewidth=2.2 if algo in ("ring", AUTO) else 1.6,
-                zorder=3 if algo in ("ring", AUTO) else 2,
+                linewidth=2.2 if algo in EMPHASIZED else 1.6,
+                zorder=3 if algo in EMPHASIZED else 2,
                 linestyle=dashes[(placement, algo == AUTO)])
 
 
@@ -74,10 +93,11 @@ def size_axis(ax: Any, sizes: list[int], max_ticks: int = 10) -> None:
 
 
 def series_label(algo: str, batches: str, placement: str, mode: str,
-           collective: str = ALLREDUCE) -> str:
+                 collective: str = ALLREDUCE) -> str:
     text = style_of(algo)[0]
-    if collective != ALLREDUCE and algo in BASELINE_NAMES:  # not "NCCL allreduce"
-        text = f"{BASELINE_NAMES[algo]}{MPI_NAMES[collective]}"
+    prefix = baseline_prefix(algo, collective) if collective != ALLREDUCE else ""
+    if prefix:  # not "NCCL allreduce"
+        text = f"{prefix}{MPI_NAMES[collective]}"
     if mode == "best":
         text += " (best batches)"
     elif batches not in ("-", "auto"):
@@ -115,8 +135,8 @@ def main_series(rows: list[Row]) -> list[tuple[str, str, str, list[Row]]]:
 def title(fig: Any, rows: list[Row], meta: dict[str, Any], what: str,
            bands: bool = True) -> None:
     r0 = rows[0]
-    where = ", ".join(meta.get("gpu_names") or []) or ("host memory" if any(
-        r.algo == "mpi" for r in rows) else "")
+    host_only = [r for r in rows if (row := _row(r.algo)) is not None and row.memory == algorithms.HOST]
+    where = ", ".join(meta.get("gpu_names") or []) or ("host memory" if host_only else "")
     op = "" if r0.collective == "allgather" else f" {r0.op}"
     head = f"{what}: {r0.collective} {r0.dtype}{op}, {r0.nranks} ranks"
     if where:

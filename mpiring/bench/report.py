@@ -7,6 +7,9 @@ Colours, cursor codes and the live progress bar appear only on a terminal
 (:func:`is_terminal`): anything else gets plain text, so logs hold no control sequences.
 Under Open MPI rank 0 writes into a pseudo-terminal even when ``mpirun``'s output goes to a
 file, so there ``--progress auto`` counts as no terminal; ``--progress on`` forces them.
+
+The console is rich's (the bench extra). Where rich is not installed, as for ``mpiring-tune``
+without that extra, :mod:`.plain` prints the same text without colours and without the bar.
 """
 
 from __future__ import annotations
@@ -15,24 +18,27 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+    from rich.text import Text
+else:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+    except ImportError:  # mpiring-tune without the bench extra: plain text, no live bar
+        from .plain import Console, Table, Text
 
 from .nccl_format import NcclTestsTable
 from .overlap import GEMM, SHAPES, sms_label
 from .results import MAKESPAN_COLUMNS, Row
 from .sizes import format_size
+
+HAVE_RICH = Console.__module__.startswith("rich")  # else mpiring.bench.plain's stand-ins
 
 # Set by launchers that hand their processes a pseudo-terminal whatever their own output is.
 PTY_LAUNCHERS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
@@ -212,7 +218,7 @@ class Reporter:
         err_terminal = is_terminal(sys.stderr, progress)
         self.err = Console(stderr=True, highlight=False, soft_wrap=True,
                            force_terminal=err_terminal, no_color=not err_terminal)
-        self.live = terminal and progress != "off"
+        self.live = terminal and progress != "off" and HAVE_RICH
 
     def _fit_width(self) -> None:
         # Never squeeze the table: a pipe reads as 80 columns, and so does the pseudo-terminal
@@ -268,6 +274,15 @@ class Reporter:
         if not self.plain:  # nccl-tests' tables print their own headers
             self.print(_table(self.cols, header=True))
         if self.live:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("[progress.description]{task.description}"),
                 BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),

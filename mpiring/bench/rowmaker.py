@@ -1,7 +1,7 @@
 """The row of a measured point: its outcome in figures (times in microseconds, bandwidths,
 the speed-up over the run's baseline), auto's pick and the mini-batches the calls ran with.
 
-``sw`` is the run's :class:`~mpiring.bench.runner.Sweep` (its communicator, rows so far,
+``sw`` is the run's :class:`~mpiring.bench.sweep.Sweep` (its communicator, rows so far,
 world size); only its attributes are read.
 """
 
@@ -12,15 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MpiringError
-from . import peers
+from . import rivals
 from .algorithms import AUTO
 from .capture import capture_guard
+from .cli import in_graph
 from .collectives import ALLREDUCE, kind, reported_count
 from .measure import Outcome, Point
 from .overlap import OverlapResult, sm_hold
 from .results import MAKESPAN_COLUMNS, Row
 from .stats import algbw, busbw
-from .summary import in_graph
 
 
 def resolved_pick(comm: Any, count: int, dtype: Any, collective: str = ALLREDUCE) -> str:
@@ -58,7 +58,7 @@ def batches_used(sw: Any, p: Point) -> int | None:
     """The mini-batches the point's calls ran with; None where the algorithm has none, or
     refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
     algo = p.algo
-    if peers.is_peer(algo):  # another library's row: no mini-batches
+    if rivals.is_rival(algo):  # another library's row: no mini-batches
         return None
     try:
         if p.collective != ALLREDUCE and algo == AUTO:  # auto's pick for this collective

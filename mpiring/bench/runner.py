@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from mpi4py import MPI
-from rich.text import Text
 
 from ..communicator import Communicator
-from .algorithms import default_sweep, implements, is_batched, node_only, reference, runnable
+from .algorithms import default_sweep, implements, node_only, reference, runnable
 from .arrays import make_space
 from .baseline import arrange
 from .baseline import choose as choose_baseline
-from .cli import Options
+from .cli import Options, in_graph
 from .collectives import ALLREDUCE, MPI_NAMES, element_counts
 from .command import BenchError, exit_status
 from .data import InputGenerator, point_seed, resolve_dtype
@@ -40,93 +39,19 @@ from .measure import (
     agree,
 )
 from .mode import ModeError, check_algorithms, choose
-from .peers import is_peer
-from .peers.points import measure_peer, start_peers
 from .report import Reporter
-from .results import Row, spread_is_wide
+from .results import Row
+from .rivals import is_rival
+from .rivals.points import measure_rival, start_rivals
 from .rowmaker import make_row, reason, speedup
 from .sizes import format_size, sweep
-from .summary import in_graph
+from .sweep import Sweep
 
 __all__ = ["BenchError", "Sweep", "exit_status", "run_sweep", "setup"]
 
 MPI_OPS = {"sum": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}
 GPU_SLACK = 1 << 30  # generation temporaries, NCCL's lazily allocated buffers, fragmentation
 HOST_SLACK = 64 << 20
-
-
-@dataclass
-class Sweep:
-    """Everything one run needs; built by :func:`setup`."""
-
-    opts: Options
-    world: Any
-    comm: Any
-    space: Any
-    reporter: Reporter
-    mode: str  # "gpu" or "host"
-    algos: list[str]
-    baseline: str
-    sizes: list[tuple[int, int]]
-    dtype: Any
-    note: str = ""  # why a host run benchmarks the host (for the banner)
-    overlap: Any = None  # an overlap_run.OverlapMeasurer with --overlap
-    overlap_line: str = ""  # what the overlap shapes are, for the banner
-    rows: list[Row] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)  # algorithm -> why (found running)
-    inapplicable: set[str] = field(default_factory=set)  # algorithms already noted n/a
-    sink: Callable[[Row], None] | None = None  # called with every row as it is made
-    # Per collective (--collective, in order): its algorithms and its (bytes, count) sizes;
-    # ``algos`` and ``sizes`` above are their union and the first collective's sizes.
-    algos_of: dict[str, list[str]] = field(default_factory=dict)
-    sizes_of: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    left_out: tuple[str, ...] = ()  # node-scoped rows left out: the communicator spans nodes
-    nodes: int = 1  # nodes the communicator spans
-    peers: Any = None  # a peers.runtime.PeerSet when the sweep holds peers
-    skipped: dict[str, str] = field(default_factory=dict)  # peers that cannot run here -> why
-    # Collective, asked before every point: the signal to stop for ("" to go on); None: never.
-    stop: Callable[[], str] | None = None
-    stopped: str = ""  # the signal the sweep stopped for ("" while it runs, or once complete)
-
-    def close(self) -> None:
-        """Collective: the overlap's GEMM gate, the peers, then the communicator."""
-        if self.overlap is not None:
-            self.overlap.close()  # the GEMM stream's start gate (pinned memory)
-        if self.peers is not None:
-            self.peers.close()
-        self.comm.close()
-
-    @property
-    def rank(self) -> int:
-        return int(self.world.rank)
-
-    def add(self, row: Row) -> None:
-        """Record ``row`` (marked ``noisy`` where its repetitions spread too far), and hand it
-        to the sink at once."""
-        row.noisy = spread_is_wide(row)
-        self.rows.append(row)
-        if self.sink is not None:
-            self.sink(row)
-
-    def should_stop(self) -> bool:
-        """Collective: whether to stop before the next point (``stop`` says so; remembered
-        in ``stopped``)."""
-        if not self.stopped and self.stop is not None:
-            self.stopped = self.stop()
-        return bool(self.stopped)
-
-    @property
-    def collectives(self) -> list[str]:
-        return list(self.algos_of) or [ALLREDUCE]
-
-    def points_of(self, nbytes: int, count: int, collective: str = ALLREDUCE) -> list[Point]:
-        pts = []
-        for algo in self.algos_of.get(collective, self.algos):
-            for b in (self.opts.batches if is_batched(algo) else (None,)):
-                for place in self.opts.placements:
-                    pts.append(Point(nbytes, count, self.opts.dtype, self.opts.op, algo, b,
-                                     place, collective))
-        return pts
 
 
 def _algorithms(wanted: Sequence[str] | None, gpu: bool, collective: str = ALLREDUCE,
@@ -229,8 +154,8 @@ def setup(opts: Options, world: Any, reporter: Reporter,
                sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
                algos_of=algos_of,
                sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes)
-    if any(is_peer(a) for a in algos):
-        start_peers(sw)
+    if any(is_rival(a) for a in algos):
+        start_rivals(sw)
     if opts.overlap:
         _set_up_overlap(sw)
     return sw
@@ -387,7 +312,7 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
                                  mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
                                  overlap=sw.overlap, graph=in_graph(opts, p.algo),
                                  graph_launches=opts.graph_launches, blocking=opts.blocking)
-        out = measure_peer(sw, measurer, p, bufs) if is_peer(p.algo) else measurer.measure(p, bufs)
+        out = measure_rival(sw, measurer, p, bufs) if is_rival(p.algo) else measurer.measure(p, bufs)
         row = make_row(sw, p, out)
         row.speedup = speedup(sw, row)
         sw.add(row)
@@ -416,6 +341,6 @@ def _show(sw: Sweep, p: Point, out: Outcome, row: Row) -> None:
     rep.row(row)
     if out.status in ("fail", "error"):
         for extra in out.errors[1:6]:
-            rep.print(Text(f"#   {extra}", style="red"))
+            rep.note(f"  {extra}", style="red")
         if len(out.errors) > 6:
-            rep.print(Text(f"#   ... and {len(out.errors) - 6} more", style="red"))
+            rep.note(f"  ... and {len(out.errors) - 6} more", style="red")

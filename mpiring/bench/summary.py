@@ -1,7 +1,7 @@
 """The text around a sweep: the banner's lines (what runs, where, how it is timed and checked)
 and the closing summary per algorithm (nccl-tests' "Avg bus bandwidth", best speed-up,
 slowdowns and overlap efficiency beside GEMMs), then per --overlap shape and size the algorithm
-with the smallest makespan. Pure formatting of a :class:`~mpiring.bench.runner.Sweep`'s options
+with the smallest makespan. Pure formatting of a :class:`~mpiring.bench.sweep.Sweep`'s options
 and its rows."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from . import peers
-from .algorithms import AUTO, graph_capturable, is_batched
+from . import rivals
+from .algorithms import AUTO, is_batched
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
@@ -21,7 +21,7 @@ from .results import MAKESPAN_COLUMNS, SPREAD_LIMIT, Row
 from .sizes import format_size
 
 if TYPE_CHECKING:
-    from .runner import Sweep
+    from .sweep import Sweep
 
 
 NOISY_RULE = (f"~ (noisy): the slowest repetition took more than {SPREAD_LIMIT:g}x the fastest "
@@ -59,7 +59,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         *(("collective", size_line(c)) for c in sw.collectives),
         ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
         ("algorithms", ", ".join(sw.algos) + _baseline_text(sw)),
-        *_peer_lines(sw),
+        *_rival_lines(sw),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
         *((("tuning", _tuning_line(sw)),) if AUTO in sw.algos else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
@@ -116,17 +116,17 @@ def _baseline_text(sw: Sweep) -> str:
     return f" (speed-up vs {sw.baseline})"
 
 
-def _peer_lines(sw: Sweep) -> list[tuple[str, str]]:
-    """Per peer of the sweep: what its row times and with what, or why it is skipped."""
+def _rival_lines(sw: Sweep) -> list[tuple[str, str]]:
+    """Per rival of the sweep: what its row times and with what, or why it is skipped."""
     lines = []
     for name in sw.algos:
-        if not peers.is_peer(name):
+        if not rivals.is_rival(name):
             continue
         if name in sw.skipped:
             lines.append(("skipped", f"{name}: {sw.skipped[name]}"))
             continue
-        note = sw.peers.notes.get(name, "") if sw.peers is not None else ""
-        lines.append(("peer", f"{name}: {peers.get(name).summary}" + (f" [{note}]" if note else "")))
+        note = sw.rivals.notes.get(name, "") if sw.rivals is not None else ""
+        lines.append(("rival", f"{name}: {rivals.get(name).summary}" + (f" [{note}]" if note else "")))
     return lines
 
 
@@ -147,13 +147,6 @@ def _left_out_line(sw: Sweep) -> str:
     verb = "it needs" if len(sw.left_out) == 1 else "they need"
     return (f"{', '.join(sw.left_out)} (not in the default sweep: {verb} every rank on one node, "
             f"and this communicator spans {sw.nodes} nodes)")
-
-
-def in_graph(opts: Options, algo: str) -> bool:
-    """Whether ``algo``'s calls are timed from a CUDA graph: with --graph always (rows that
-    cannot be captured are n/a there); with --gpu-time every row the table marks capturable
-    (``auto`` too: it never picks an uncapturable row while capturing)."""
-    return opts.timing == "graph" or (opts.timing == "gpu" and graph_capturable(algo))
 
 
 def _timing_line(opts: Options) -> str:

@@ -1,7 +1,8 @@
 """The tuner's table: built from benchmark rows (eager, graph and overlap entries, labelled with
 the machine they were measured on), merged over an existing file, written in one step, and shown
 as text. Pure apart from :func:`write_table`'s file I/O; :mod:`mpiring.bench.tune` runs the
-measurements and :mod:`mpiring.bench.shipped` builds the shipped table with the same code.
+measurements and the repository's ``tools/shipped.py`` builds the shipped table with the same
+code.
 """
 
 from __future__ import annotations

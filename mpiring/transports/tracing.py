@@ -11,10 +11,11 @@ and on CUDA streams, where a mark is an event and times what the GPU did)::
 
 so each span's ``end - start`` is, for a wait, how long the queue stood until the peer's signal
 (beside a GEMM: also until the steps before it had run), and for a fold, its time on the SMs
-*including the wait for SMs to run it*. Spans are in seconds since the call began (the clock's
-``begin`` mark, after the call's start). A send span covers the copy only; a send of zero
-elements has a span of no length. Nothing here runs unless a caller wraps the transport
-(:func:`mpiring.trace.ring_timeline`): the ring's own path has no tracing branch.
+*including the wait for SMs to run it*. Spans are in seconds since the call began: the clock's
+``begin`` mark, taken before the call's start on its queues, so that no span starts before it.
+A send span covers the copy only; a send of zero elements has a span of no length. Nothing here
+runs unless a caller wraps the transport (:func:`mpiring.trace.ring_timeline`): the ring's own
+path has no tracing branch.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ class Clock(ABC):
     """Marks on the transport's queues, read once the call's work has run."""
 
     @abstractmethod
-    def begin(self) -> Any:
-        """The reference mark of a call (after the call's start on its queues)."""
+    def begin(self, call: CallBuffers) -> Any:
+        """The reference mark of ``call``, taken before the transport's ``begin``: every mark on
+        the queues comes after it."""
 
     @abstractmethod
     def mark(self, queue: str) -> Any:
@@ -73,7 +75,7 @@ class HostClock(Clock):
     """``time.perf_counter``: the host transport runs each step at once, so the host's time is
     the step's time."""
 
-    def begin(self) -> float:
+    def begin(self, call: CallBuffers) -> float:
         return time.perf_counter()
 
     def mark(self, queue: str) -> float:
@@ -104,9 +106,10 @@ class TracingTransport(RingTransport):
         return entry
 
     def begin(self, call: CallBuffers) -> None:
+        reference = self.clock.begin(call)  # before the queues start: no span begins before it
         self.inner.begin(call)
         self._steps = []
-        self.calls.append((self.clock.begin(), self._steps))
+        self.calls.append((reference, self._steps))
 
     def end(self) -> None:
         self.inner.end()
@@ -178,9 +181,12 @@ class CudaEventClock(Clock):
         self._rt.eventRecord(event, stream)
         return event
 
-    def begin(self) -> int:
-        # On the copy stream, after the transport's begin made it wait for the call's start.
-        return self._record(self._streams[COPY])
+    def begin(self, call: CallBuffers) -> int:
+        # On the call's own stream, ahead of the start event that the copy and fold streams wait
+        # for: every mark on them completes after it. A reference on one of those streams would
+        # not order the other's first mark (both wait only for the start), so that mark could read
+        # a few microseconds before the call began, more beside another process's kernels.
+        return self._record(call.stream.ptr)
 
     def mark(self, queue: str) -> int:
         return self._record(self._streams[queue])

@@ -65,7 +65,7 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(algo, dtype, in_
             c.Allreduce(MPI.IN_PLACE if in_place else x, out)
             wrong += cupy.count_nonzero(out != want + SIZE * shift)
         c.synchronize()
-        replays = len(c._replays)
+        replays = c.replays_kept
     agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
     agree(len(full) == 1 and replays == 1, f"{len(full)} calls took the full path, {replays} replays kept")
 
@@ -145,12 +145,26 @@ def test_other_shapes_ops_and_arrays_take_the_full_path_once():
                 want = 1 if kwargs.get("op") in (MPI.MAX, "avg") else SIZE
                 agree(bool((buf == want).all()), f"{kwargs}: {buf[:3]} != {want}")
         c.synchronize()
-        replays = len(c._replays)
+        replays = c.replays_kept
     # Planned: a, b, a[:1024], a MAX, a twoshot once each; avg at every call (on one rank an
     # average is the sum: replayed like the others).
     avg_full = 1 if SIZE == 1 else 3
     agree(len(full) == 5 + avg_full, f"{len(full)} calls took the full path, expected {5 + avg_full}")
     agree(replays == 5 + (SIZE == 1), f"{replays} replays kept")
+
+
+def test_replay_false_takes_the_full_path_at_every_call():
+    """Communicator(replay=False): nothing kept, every call planned afresh, and exact."""
+    a = cupy.empty(4096, dtype=cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot", replay=False) as c:
+        full = counting_full_path(c)
+        for call in range(20):
+            a.fill(call)
+            c.Allreduce(MPI.IN_PLACE, a)
+            agree(bool((a == SIZE * call).all()), f"call {call}: {a[:3]} != {SIZE * call}")
+        c.synchronize()
+        agree(len(full) == 20 and c.replays_kept == 0,
+              f"{len(full)} calls took the full path, {c.replays_kept} replays kept")
 
 
 def test_arguments_without_a_key_take_the_full_path():
@@ -193,6 +207,6 @@ def test_torch_tensors_are_replayed_on_torchs_current_stream(algo):
                 wrong += (out != want + SIZE * (call % 5)).sum()
         side.synchronize()
         c.synchronize()
-        replays = len(c._replays)
+        replays = c.replays_kept
     agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
     agree(len(full) == 1 and replays == 1, f"{len(full)} calls took the full path, {replays} replays kept")

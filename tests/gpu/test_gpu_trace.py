@@ -2,7 +2,7 @@
 copy and fold streams): traced ring calls stay exact on changing data; each call's spans cover
 every transfer once per queue, in sequence, with event times inside the call; a rank held back
 on the GPU shows as the next rank's wait for a full slot; the events are freed; and
-``python -m mpiring.bench.timeline`` runs alone and beside a GEMM.
+``python -m tools.timeline`` (the repository's tools/) runs alone and beside a GEMM.
 
 Run under mpirun on 1+ GPUs, or on one shared GPU (``MPIRING_SHARE_GPU=1``: jobs/gpu-shared.sh).
 """
@@ -88,7 +88,10 @@ def test_a_rank_held_back_on_the_gpu_shows_as_the_next_ranks_wait() -> None:
 
 
 def test_the_timeline_command_beside_a_gemm(tmp_path_factory) -> None:
-    from mpiring.bench import timeline as command
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for its tools/
+    from tools import timeline as command
 
     path = WORLD.bcast(str(tmp_path_factory.mktemp("timeline") / "t.json") if RANK == 0 else None)
     status = command.main(["-b", "16M", "--calls", "5", "--gemm", "4096", "--json", path], WORLD)

@@ -33,7 +33,7 @@ def rows_of(directory: Path, name: str) -> list[dict[str, str]]:
 
 
 def test_reduce_scatter_and_allgather_end_to_end(shared_dir):
-    """Every point checked (#wrong 0) and timed, for mpi and ring, both placements; sizes are
+    """Every point checked (#wrong 0) and timed, for mpi, ring and mpi-twoshot, both placements; sizes are
     the whole buffer rounded down to whole blocks, count is one rank's block, busbw is algbw
     (n-1)/n; one figure per collective."""
     n = world.size
@@ -45,7 +45,7 @@ def test_reduce_scatter_and_allgather_end_to_end(shared_dir):
     rows = rows_of(shared_dir, "bc")
     sizes = [b for b, _ in element_counts(sweep(1024, 65536, 4), 4, n, "allgather")]
     want = {(c, s, a, p) for c in ("reduce_scatter", "allgather") for s in sizes
-            for a in ("mpi", "ring") for p in ("out", "in")}
+            for a in ("mpi", "ring", "mpi-twoshot") for p in ("out", "in")}
     got = {(r["collective"], int(r["size_bytes"]), r["algo"], r["placement"]) for r in rows}
     if got != want or len(rows) != len(want):
         problems.append(f"rows {sorted(got)} != {sorted(want)}")
@@ -105,8 +105,8 @@ def test_across_virtual_nodes_node_rows_are_left_out(shared_dir, capsys):
     world.Barrier()
     rows = rows_of(shared_dir, "vn")
     got = {(r["collective"], r["algo"]) for r in rows}
-    want = {("allreduce", "mpi"), ("allreduce", "hier"), ("reduce_scatter", "mpi"),
-            ("allgather", "mpi")}
+    want = {(c, a) for c in ("allreduce", "reduce_scatter", "allgather") for a in ("mpi", "mpi-twoshot")}
+    want.add(("allreduce", "hier"))
     if got != want:
         problems.append(f"rows of {sorted(got)} != {sorted(want)}")
     bad = [r for r in rows if (r["status"], r["wrong"]) != ("ok", "0")]

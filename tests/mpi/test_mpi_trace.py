@@ -4,7 +4,6 @@ shows up as the next rank's wait for a full slot; the block leaves the ring as i
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -15,7 +14,7 @@ from mpi_support import all_ok, check_result, gather_inputs, make_input
 from mpiring import Communicator, trace
 from mpiring.errors import CommunicatorClosedError
 from mpiring.ops import Op
-from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FREE, WAIT_FULL, Span, TracingTransport
+from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FREE, WAIT_FULL, TracingTransport
 
 world = MPI.COMM_WORLD
 LATE = 0.3  # seconds rank 0 starts late in the straggler test
@@ -97,43 +96,6 @@ def test_one_trace_at_a_time_and_the_ring_restored_after_an_error(small_comm) ->
     out = np.zeros(100)
     small_comm.Allreduce(x, out, algorithm="ring")  # the ring still runs, untraced
     all_ok([] if np.all(out == world.size) else [f"after tracing: {out[:4]}"])
-
-
-def test_the_timeline_command_on_the_host(shared_dir, capsys) -> None:
-    """python -m mpiring.bench.timeline --host: every rank's medians and spans in the JSON, the
-    result checked; no GEMM setting on host arrays."""
-    from mpiring.bench import timeline as command
-
-    path = shared_dir / "timeline.json"
-    status = command.main(["--host", "-b", "64K", "--calls", "4", "--json", str(path)], world)
-    problems = [] if status == 0 else [f"exit status {status}"]
-    out = capsys.readouterr().out
-    if world.rank == 0 and "no GEMM setting: host arrays" not in out:
-        problems.append(f"rank 0 printed {out!r}")
-    if world.rank == 0:
-        doc = json.loads(path.read_text())
-        ranks = doc["ranks"]
-        from mpiring.bench.metadata import provenance
-
-        if {k: doc.get(k) for k in ("mpiring", "commit")} != provenance():
-            problems.append(f"the JSON does not name the code: {doc.get('mpiring')} {doc.get('commit')}")
-        if len(ranks) != world.size or doc["errors"]:
-            problems.append(f"{len(ranks)} ranks reported, errors {doc['errors']}")
-        for r, settings in enumerate(ranks):
-            if list(settings) != [command.ALONE] or len(settings[command.ALONE]["calls"]) != 4:
-                problems.append(f"rank {r}: settings {list(settings)}")
-                continue
-            for k, spans in enumerate(settings[command.ALONE]["calls"]):
-                problems += span_problems([Span(**s) for s in spans], f"rank {r} call {k}")
-    all_ok(problems)
-
-
-def test_the_timeline_command_refuses_a_size_that_is_no_float32_count() -> None:
-    from mpiring.bench import timeline as command
-
-    with pytest.raises(SystemExit):
-        command.parse_args(["-b", "6"])
-    assert command.parse_args(["-b", "1M"]).bytes == 1 << 20
 
 
 def test_a_closed_communicator_cannot_be_traced(world) -> None:

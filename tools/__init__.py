@@ -1,0 +1,13 @@
+"""One-off experiments and maintenance commands beside mpiring: not part of the package (the
+wheel holds ``mpiring*`` only), run from a checkout, each as a module from the repository root::
+
+    python -m tools.enqueue [...]       # host time of one eager call, per algorithm (mpiexec too)
+    python -m tools.timeline [...]      # where a ring call's time goes, alone and beside a GEMM
+    python -m tools.starve [...]        # how long a fold-sized kernel waits for SMs beside a GEMM
+    python -m tools.scaleout [...]      # the scale-out cost model against measured results
+    python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
+
+(``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
+``enqueue`` and ``starve`` launch.) They use mpiring's public modules and the benchmark's
+(``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in ``tests/tools``.
+"""

@@ -1,0 +1,258 @@
+"""``python -m tools.enqueue``: the host time of one eager call, algorithm by algorithm.
+
+    mpirun -n 1 python -m tools.enqueue              # 1 KiB float32, every algorithm
+    mpirun -n 2 python -m tools.enqueue -b 64K --profile oneshot
+    mpirun -n 2 python -m tools.enqueue --no-gate    # the GPU may hold the host back
+    mpirun -n 1 python -m tools.enqueue --torch      # the same calls on torch tensors
+    (from the repository root: the tools are not part of the installed package)
+
+What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return once
+enqueued; the GPU is not waited for inside a round), with the agreement check as by default
+(``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
+host for every call (``host``, shown for the rows that would check on the GPU) and off (and,
+for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.replay``),
+next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
+for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
+cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
+behind a *gate*, a kernel that holds the stream until the round is enqueued, so the GPU never
+holds the host back (``--no-gate``: it may, once the queue of launches fills; keep
+``--calls`` under about 1000 with the gate). Only rows that can be captured in a CUDA graph
+are gated (they never wait on the host for their GPU work; the ring does): the others are
+marked "not gated". Every (algorithm, check) case is measured
+in each of ``--rounds`` interleaved rounds of ``--calls`` calls, after warm-up calls, and the
+median round is reported with the range: machine noise moves all cases alike. With more
+than one rank each call also waits for the slowest rank (the agreement check, the host
+ring), so the figures are the slowest rank's pace, not only this rank's host work.
+``--profile ALGO`` prints a cProfile of that algorithm's calls (check off) on rank 0.
+
+This is the host-side microbenchmark of issue 13's per-call work; the benchmark proper
+(``python -m mpiring.bench``) measures call times, GPU included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiring import algorithms
+from mpiring.bench.argtypes import RankZeroParser, int_at_least, size_arg
+from mpiring.bench.mode import AUTO, GPU, HOST, ModeError, choose
+from mpiring.bench.sizes import format_size
+from mpiring.buffers import Memory
+from mpiring.communicator import Communicator
+from mpiring.errors import MpiringError
+
+from . import kernels
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = RankZeroParser(prog="python -m tools.enqueue", description=__doc__.split("\n\n")[2],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-b", "--size", type=size_arg, default=1024, help="message size (default 1K)")
+    p.add_argument("--calls", type=int_at_least(1), default=500, help="calls per round (default 500)")
+    p.add_argument("--no-gate", dest="gate", action="store_false",
+                   help="enqueue without holding the stream (GPU backpressure counts)")
+    p.add_argument("--torch", action="store_true",
+                   help="also time the capturable rows on torch tensors (GPU arrays only)")
+    p.add_argument("--rounds", type=int_at_least(1), default=9, help="interleaved rounds (default 9)")
+    p.add_argument("--algo", default=None,
+                   help="comma-separated algorithms (default: every one that serves the memory)")
+    p.add_argument("--profile", default=None, metavar="ALGO", help="cProfile this algorithm's calls")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--gpu", dest="mode", action="store_const", const=GPU, default=AUTO)
+    where.add_argument("--host", dest="mode", action="store_const", const=HOST)
+    return p.parse_args(argv)
+
+
+def per_call_us(rounds: int, calls: int, cases: list[Callable[[], None]], sync: Callable[[], None],
+                world: MPI.Intracomm, gate: Gate | None = None,
+                gated: Sequence[bool] | None = None) -> list[list[float]]:
+    """Microseconds per call of each case, one list entry per round; rounds interleave the cases.
+    ``gate``: the rounds of the cases that ``gated`` marks (default: all) are enqueued behind
+    it (the GPU runs none of such a round until all of it is in)."""
+    times: list[list[float]] = [[] for _ in cases]
+    for _ in range(rounds):
+        for i, case in enumerate(cases):
+            for _ in range(max(1, calls // 20)):  # warm: caches, pools, first-shape plans
+                case()
+            sync()
+            world.Barrier()
+            held = gate if gate is not None and (gated is None or gated[i]) else None
+            if held is not None:
+                held.close()
+            start = time.perf_counter()
+            for _ in range(calls):
+                case()
+            times[i].append((time.perf_counter() - start) / calls * 1e6)
+            if held is not None:
+                held.open()
+            sync()
+    return times
+
+
+class Gate:
+    """Holds the current CuPy stream until the host opens it: a one-thread kernel that spins on
+    a word of pinned host memory (bounded by ``limit`` seconds: a round whose launches fill the
+    queue before the gate opens waits that long and its time is void)."""
+
+    def __init__(self, limit: float = 2.0) -> None:
+        import ctypes
+
+        import cupy
+
+        self._cupy, self._limit = cupy, np.uint64(limit * 1e9)
+        self._kernel = cupy.RawKernel(kernels.source("enqueue.cu"), "gate")
+        self._pinned = cupy.cuda.alloc_pinned_memory(4)  # mapped into the GPU at the same address
+        self._word = (ctypes.c_int32 * 1).from_address(self._pinned.ptr)
+
+    def close(self) -> None:
+        self._word[0] = 0
+        self._kernel((1,), (1,), (np.intp(self._pinned.ptr), self._limit))
+
+    def open(self) -> None:
+        self._word[0] = 1
+
+
+def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) -> int:
+    args = parse_args(argv)
+    world = world if world is not None else MPI.COMM_WORLD
+    try:
+        gpu = choose(args.mode, world).gpu
+    except ModeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
+    memory = Memory.CUDA if gpu else Memory.HOST
+    names = [n.strip() for n in args.algo.split(",")] if args.algo else list(algorithms.names(memory))
+    try:
+        for name in names + ([args.profile] if args.profile else []):
+            algorithms.check_name(name)
+    except MpiringError as err:  # the same arguments, so the same verdict, on every rank
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    count = max(1, args.size // 4)
+    if gpu:
+        import cupy
+
+        x, out = cupy.ones(count, dtype=cupy.float32), cupy.empty(count, dtype=cupy.float32)
+        sync: Callable[[], None] = cupy.cuda.Device().synchronize
+        copy = ("cupy.copyto", lambda: cupy.copyto(out, x))
+        floor = ("empty kernel launch", _empty_launch(cupy))
+    else:
+        x, out = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
+        sync = lambda: None  # noqa: E731 - host calls complete before they return
+        copy = ("np.copyto", lambda: np.copyto(out, x))
+        floor = None
+    # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
+    # host for the others), every call on the host (check="host"), and off.
+    comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
+    # The full path, for comparison: a communicator that never replays (mpiring.replay).
+    full = Communicator(world, gpu=gpu, check=False, replay=False)
+    try:
+        labels, cases, gated = [copy[0]], [copy[1]], [True]
+        if floor is not None:
+            labels.append(floor[0])
+            cases.append(floor[1])
+            gated.append(True)
+        for check, comm in comms.items():
+            for name in names:
+                try:  # a refusal (size limit, memory kind) is the same on every rank
+                    comm.Allreduce(x, out, algorithm=name)
+                except MpiringError as err:
+                    if check == "gpu" and world.rank == 0:
+                        print(f"# {name}: n/a ({err})")
+                    continue
+                if check == "host" and not algorithms.get(name).gpu_check:
+                    continue  # the same as the default for rows checked on the host anyway
+                capturable = algorithms.get(name).graph_capturable
+                note = "" if capturable or not (gpu and args.gate) else ", not gated"
+                labels.append(f"{name} (check {check or 'off'})" + note)
+                cases.append(_call(comm, name, x, out))
+                gated.append(capturable)
+                if check is False and gpu and algorithms.get(name).bind is not None:
+                    full.Allreduce(x, out, algorithm=name)
+                    labels.append(f"{name} (check off, full path)")
+                    cases.append(_call(full, name, x, out))
+                    gated.append(capturable)
+        if gpu and args.torch:  # the same calls on torch views of the same memory
+            _add_torch_cases(comms["gpu"], names, x, out, labels, cases, gated)
+        gate = Gate() if gpu and args.gate else None
+        times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
+        if world.rank == 0:
+            how = ", gated" if gate is not None else (", not gated" if gpu else "")
+            print(f"# host time per eager call: {format_size(count * 4)} float32 sum, {world.size} "
+                  f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
+                  f"of {args.calls} calls (range)")
+            for label, t in zip(labels, times, strict=True):
+                print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
+        if args.profile:
+            profile(comms[False], args.profile, x, out, args.calls, sync, world)
+    finally:
+        for comm in (*comms.values(), full):
+            comm.close()
+    return 0
+
+
+def _add_torch_cases(comm: Communicator, names: Sequence[str], x, out, labels: list[str],
+                     cases: list[Callable[[], None]], gated: list[bool]) -> None:
+    """``--torch``: torch's own copy, then each capturable row's call (default check) on torch
+    tensors sharing ``x`` and ``out``'s memory (DLPack); they run on torch's current stream,
+    which is CuPy's current one here (both the default stream), so the gate holds them too."""
+    import torch
+
+    tx, tout = torch.from_dlpack(x), torch.from_dlpack(out)
+    labels.append("torch copy_")
+    cases.append(lambda: tout.copy_(tx))
+    gated.append(True)
+    for name in names:
+        row = algorithms.get(name)
+        if not row.graph_capturable:
+            continue
+        try:
+            comm.Allreduce(tx, tout, algorithm=name)
+        except MpiringError:  # refused for CuPy arrays alike: reported there
+            continue
+        labels.append(f"{name} (torch tensors, check gpu)")
+        cases.append(_call(comm, name, tx, tout))
+        gated.append(True)
+
+
+def _empty_launch(cupy) -> Callable[[], None]:
+    """One launch of an empty kernel with pre-packed arguments: the driver's cost alone."""
+    from mpiring.cuda.launcher import PackedLaunch, function_handle
+
+    kernel = cupy.RawKernel(kernels.source("enqueue.cu"), "empty")
+    bound = PackedLaunch(("i64",), 32).bind(function_handle(kernel), 1, 0)
+    return lambda: bound(cupy.cuda.get_current_stream().ptr)
+
+
+def _call(comm: Communicator, name: str, x, out) -> Callable[[], None]:
+    return lambda: comm.Allreduce(x, out, algorithm=name)
+
+
+def profile(comm: Communicator, name: str, x, out, calls: int, sync: Callable[[], None],
+            world: MPI.Intracomm) -> None:
+    """cProfile of ``calls`` calls of ``name`` (check off), printed by rank 0."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        comm.Allreduce(x, out, algorithm=name)
+    prof.disable()
+    sync()
+    if world.rank == 0:
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
+        print(f"# cProfile of {calls} calls of {name} (check off), by own time")
+        print(text.getvalue().rstrip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
