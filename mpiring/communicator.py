@@ -40,6 +40,7 @@ from .errors import (
 from .groups import Groups, duplicate, make_groups
 from .lifetime import collected, release, set_up
 from .options import Options, check_comm, empty_like
+from .pipeline import RingPipeline
 from .replay import Key, Replay, Replays
 from .signals import Watch
 from .topology import Topology
@@ -366,6 +367,24 @@ class Communicator:
         ``algorithm`` (default: the communicator's), with ``"auto"`` replaced by its choice."""
         memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
         return self._dispatch.row(int(count) * np.dtype(dtype).itemsize, memory, algorithm, collective).name
+
+    def max_bytes(self, algorithm: str, *, gpu: bool | None = None) -> int | None:
+        """The largest message ``algorithm`` takes on this communicator's GPU (or host) arrays,
+        in bytes; None: no limit (e.g. oneshot's slot on this rank count, oneshot-ll's 64 KiB)."""
+        from . import algorithms  # the table (dispatch reads it too)
+
+        memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
+        return algorithms.get(algorithms.check_name(algorithm)).max_bytes(self._dispatch.backend(memory))
+
+    def ring_pipeline(self, *, gpu: bool | None = None) -> RingPipeline:
+        """The pipeline that runs this communicator's ring calls on GPU (default where it has
+        GPUs) or host arrays: ``next_seq`` counts its transfers, and its ``transport`` is the
+        hook that :func:`mpiring.trace.ring_timeline` (and tests) wrap and put back."""
+        on_gpu = self.gpu if gpu is None else gpu
+        backend = self._dispatch.backend(Memory.CUDA if on_gpu else Memory.HOST)
+        pipeline = getattr(backend, "pipeline", None)
+        assert isinstance(pipeline, RingPipeline), type(backend).__name__  # every backend has one
+        return pipeline
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:

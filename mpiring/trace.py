@@ -101,8 +101,7 @@ def ring_timeline(comm: Any) -> Iterator[RingTimeline]:
     Local: every rank may trace or not; the calls themselves are unchanged."""
     if comm.closed:
         raise CommunicatorClosedError("ring_timeline: this communicator is closed")
-    backend = comm._gpu if comm.gpu else comm._host  # the path whose pipeline runs the ring
-    pipeline = backend.pipeline
+    pipeline = comm.ring_pipeline()  # the path whose pipeline runs the ring: GPU where there are GPUs
     inner = pipeline.transport
     if isinstance(inner, TracingTransport):
         raise RuntimeError("ring_timeline: this communicator's ring is already being traced")

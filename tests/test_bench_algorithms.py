@@ -5,8 +5,12 @@ from __future__ import annotations
 from mpiring import algorithms
 from mpiring.bench.algorithms import (
     AUTO,
+    AUTO_REPRODUCIBLE,
+    VARIANTS,
+    algorithm_of,
     all_names,
     default_sweep,
+    graph_capturable,
     implements,
     is_batched,
     node_only,
@@ -28,12 +32,12 @@ def test_gpu_sweep_baselines_first_then_rivals_then_mpiring_then_auto():
 def test_host_sweep_is_mpi_then_ring_and_auto_only_on_request():
     assert default_sweep(False) == ("mpi", "ring", "hier", "mpi-twoshot")
     assert reference(False) == "mpi"
-    assert runnable(False) == ("mpi", "ring", "hier", "mpi-twoshot", AUTO)
-    assert runnable(True) == default_sweep(True)
+    assert runnable(False) == ("mpi", "ring", "hier", "mpi-twoshot", AUTO, AUTO_REPRODUCIBLE)
+    assert runnable(True) == default_sweep(True) + (AUTO_REPRODUCIBLE,)
 
 
 def test_every_table_row_is_covered():
-    assert set(all_names()) == {a.name for a in algorithms.rows()} | {AUTO} | set(RIVALS)
+    assert set(all_names()) == {a.name for a in algorithms.rows()} | {AUTO, AUTO_REPRODUCIBLE} | set(RIVALS)
     assert set(default_sweep(True)) == set(algorithms.names(Memory.CUDA)) | set(RIVALS)
     assert set(default_sweep(False)) == set(algorithms.names(Memory.HOST, with_auto=False))
     assert {n for n in all_names() if is_batched(n)} == {"ring", "ring-events", "nccl-ring", "hier"}
@@ -47,7 +51,7 @@ def test_a_collectives_sweep_holds_the_rows_that_implement_it():
     for collective in ("reduce_scatter", "allgather"):
         assert default_sweep(True, collective) == ("nccl", "ring", "ring-events", "auto")
         assert default_sweep(False, collective) == ("mpi", "ring", "mpi-twoshot")
-        assert runnable(False, collective) == ("mpi", "ring", "mpi-twoshot", AUTO)
+        assert runnable(False, collective) == ("mpi", "ring", "mpi-twoshot", AUTO, AUTO_REPRODUCIBLE)
         assert reference(True, collective) == "nccl" and reference(False, collective) == "mpi"
     assert default_sweep(False, "allreduce") == default_sweep(False)
     assert implements("hier", "allreduce") and not implements("hier", "allgather")
@@ -62,4 +66,23 @@ def test_rows_of_one_node_are_left_out_across_nodes():
     assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "torch", "hier", "auto")
     assert default_sweep(False, nodes=3) == ("mpi", "hier", "mpi-twoshot")
     assert default_sweep(False, "reduce_scatter", nodes=2) == ("mpi", "mpi-twoshot")
-    assert runnable(True, "allgather", nodes=2) == ("nccl", "auto")
+    assert runnable(True, "allgather", nodes=2) == ("nccl", "auto", AUTO_REPRODUCIBLE)
+
+
+def test_auto_reproducible_is_auto_through_a_reproducible_communicator_never_by_default():
+    """The one variant: its calls name auto, on a communicator made with reproducible=True; it
+    is in no default sweep (--reproducible or --algo add it), runs every collective (its
+    communicator may refuse one: the rows say so), has no batches and can be captured."""
+    assert set(VARIANTS) == {AUTO_REPRODUCIBLE}
+    assert VARIANTS[AUTO_REPRODUCIBLE].algorithm == AUTO == algorithm_of(AUTO_REPRODUCIBLE)
+    assert dict(VARIANTS[AUTO_REPRODUCIBLE].settings) == {"reproducible": True}
+    assert algorithm_of("ring") == "ring"
+    assert all_names()[-2:] == (AUTO, AUTO_REPRODUCIBLE)  # right after auto
+    for gpu in (True, False):
+        for collective in ("allreduce", "reduce_scatter", "allgather"):
+            assert AUTO_REPRODUCIBLE not in default_sweep(gpu, collective)
+            assert runnable(gpu, collective)[-2:] == (AUTO, AUTO_REPRODUCIBLE)
+            assert implements(AUTO_REPRODUCIBLE, collective)
+        assert AUTO_REPRODUCIBLE not in node_only(gpu)
+    assert not is_batched(AUTO_REPRODUCIBLE) and graph_capturable(AUTO_REPRODUCIBLE)
+    assert reference(True) == "nccl" and reference(False) == "mpi"

@@ -144,7 +144,7 @@ def test_help_lists_every_option_in_under_100_lines(monkeypatch):
                  "--time-agreement", "--progress", "--overlap", "--gemm-size", "--train-gemm-size",
                  "-a", "--average", "-G", "--cudagraph", "--graph", "-c", "--nccl-tests", "-g",
                  "--ngpus", "-t", "--nthreads", "-z", "--blocking", "--baseline", "--collective",
-                 "--gemm-sms", "--sm-budget"]:
+                 "--gemm-sms", "--sm-budget", "--reproducible"]:
         assert flag in listed, flag
     assert len(text.splitlines()) < 100, len(text.splitlines())  # it was 225 lines
     assert len(help_text(200, monkeypatch).splitlines()) < 100

@@ -70,6 +70,7 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
     from mpi4py import MPI
 
     from . import metadata, runner, summary
+    from .algorithms import VARIANTS
     from .command import InterruptGuard, interrupt_status
 
     sw = runner.setup(opts, world, reporter)
@@ -87,6 +88,9 @@ def _run(opts: Any, world: Any, reporter: Any) -> int:
                           for n in sw.algos if n in sw.rivals.notes or n in sw.skipped}
     if sw.left_out:
         meta["left_out"] = list(sw.left_out)  # node-scoped rows: the communicator spans nodes
+    if sw.variants:  # rows calling an algorithm through a second communicator: which, and how made
+        meta["variants"] = {n: {"algorithm": VARIANTS[n].algorithm, **VARIANTS[n].settings}
+                            for n in sw.variants}
     if sw.overlap_line:
         meta["overlap"] = sw.overlap_line
         meta["overlap_shapes"] = {s.name: s.label for s in sw.overlap.shapes}

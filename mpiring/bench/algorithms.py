@@ -6,7 +6,8 @@ GPUs, MPI.Allreduce on the host; NCCL's / MPI's reduce-scatter and all-gather fo
 collectives), then the other baselines, then the rivals (other libraries' allreduce:
 :mod:`mpiring.bench.rivals`; allreduce only), then mpiring's algorithms in table order, then
 ``auto`` (GPU sweeps only: on the host ``auto`` means ``ring``, so it runs there only when
-asked for with ``--algo``). A collective's sweep holds the rows that implement it; on a
+asked for with ``--algo``), then ``auto-reproducible`` where asked for (``--reproducible``, or
+``--algo``: :data:`VARIANTS`). A collective's sweep holds the rows that implement it; on a
 communicator that spans nodes, rows that need every rank on one node (``Scope.NODE``, or a
 rival's ``node_only``) are left out (:func:`node_only`). ``--baseline`` moves its row first
 (:func:`baseline_first`), so every row's speed-up is known when the row is printed.
@@ -14,7 +15,9 @@ rival's ``node_only``) are left out (:func:`node_only`). ``--baseline`` moves it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from .. import algorithms
 from ..algorithms import Algorithm
@@ -23,23 +26,62 @@ from . import rivals
 from .collectives import ALLREDUCE, kind
 
 AUTO = algorithms.AUTO
+AUTO_REPRODUCIBLE = "auto-reproducible"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A bench row whose calls name ``algorithm`` on a second communicator of the run, made
+    like the main one (same timeout, SM budget, overlap) with ``settings`` added
+    (``Communicator`` keyword arguments)."""
+
+    algorithm: str
+    settings: Mapping[str, Any]
+    summary: str  # what the row is, for the banner
+
+
+# Rows that call an algorithm through another communicator than the bench's main one: row name
+# -> its Variant. Every other row's calls name the row itself, on the main communicator;
+# :func:`mpiring.bench.sweep.target` turns a row's name into (communicator, algorithm).
+VARIANTS: dict[str, Variant] = {
+    AUTO_REPRODUCIBLE: Variant(AUTO, {"reproducible": True},
+                               "auto on a second communicator made with reproducible=True: every "
+                               "result reduced in rank order, the same bits at every size "
+                               "(docs/reproducible.md)"),
+}
+
+
+def algorithm_of(name: str) -> str:
+    """The algorithm row ``name``'s calls name: a variant's (``auto-reproducible``: ``auto``),
+    else ``name`` itself."""
+    variant = VARIANTS.get(name)
+    return variant.algorithm if variant is not None else name
+
+
+def picks_per_size(name: str) -> bool:
+    """Whether row ``name`` runs what ``auto`` picks at each size (``auto`` and its variants):
+    no mini-batches of its own, and no baseline, since ratios against it would compare with
+    different rows."""
+    return algorithm_of(name) == AUTO
 
 
 def all_names() -> tuple[str, ...]:
-    """Every name ``--algo`` accepts: the table's rows, the rivals, then ``auto``."""
+    """Every name ``--algo`` accepts: the table's rows, the rivals, then ``auto`` and its
+    variants."""
     rows = algorithms.names(with_auto=False)
-    return rows + rivals.names() + (AUTO,)
+    return rows + rivals.names() + (AUTO, *VARIANTS)
 
 
 def is_batched(name: str) -> bool:
     """Whether ``name`` takes a mini-batch count (the others run once per size)."""
-    return name != AUTO and not rivals.is_rival(name) and algorithms.get(name).batched
+    return (not picks_per_size(name) and not rivals.is_rival(name)
+            and algorithms.get(algorithm_of(name)).batched)
 
 
 def graph_capturable(name: str) -> bool:
-    """Whether ``name``'s calls can be captured into a CUDA graph (``auto``: yes, it picks only
-    capturable rows while capturing)."""
-    if name == AUTO:
+    """Whether ``name``'s calls can be captured into a CUDA graph (``auto`` and its variants:
+    yes, it picks only capturable rows while capturing)."""
+    if picks_per_size(name):
         return True
     if rivals.is_rival(name):
         return rivals.get(name).graph_capturable
@@ -70,16 +112,18 @@ def default_sweep(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tup
 
 def runnable(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tuple[str, ...]:
     """Every algorithm that can run ``collective`` on GPU (or host) arrays: the default sweep,
-    plus ``auto``."""
+    plus ``auto``, then its variants (right after it: ``auto-reproducible``; its communicator
+    may refuse a call, and its rows then say why)."""
     sweep = default_sweep(gpu, collective, nodes)
-    return sweep + ((AUTO,) if AUTO not in sweep else ())
+    return sweep + ((AUTO,) if AUTO not in sweep else ()) + tuple(VARIANTS)
 
 
 def implements(name: str, collective: str) -> bool:
-    """Whether ``name`` runs ``collective`` (``auto`` runs every one; rivals allreduce only)."""
+    """Whether ``name`` runs ``collective`` (``auto`` and its variants run every one; rivals
+    allreduce only)."""
     if rivals.is_rival(name):
         return collective == ALLREDUCE
-    return name == AUTO or algorithms.get(name).runner(kind(collective)) is not None
+    return picks_per_size(name) or algorithms.get(name).runner(kind(collective)) is not None
 
 
 def node_only(gpu: bool, collective: str = ALLREDUCE) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .algorithms import AUTO, baseline_first, implements, node_only, reference, runnable
+from .algorithms import baseline_first, implements, node_only, picks_per_size, reference, runnable
 from .command import BenchError
 
 
@@ -26,7 +26,8 @@ def choose(asked: str | None, gpu: bool, collectives: Sequence[str], nodes: int 
     memory = "GPU" if gpu else "host"
     if not any(asked in runnable(gpu, c) for c in collectives) and all(
             implements(asked, c) for c in collectives):
-        choices = dict.fromkeys(a for c in collectives for a in runnable(gpu, c) if a != AUTO)
+        choices = dict.fromkeys(a for c in collectives for a in runnable(gpu, c)
+                                if not picks_per_size(a))
         raise BenchError(f"--baseline {asked}: cannot reduce the {memory} arrays this run "
                          f"benchmarks; choose from {', '.join(choices)}")
     lacking = [c for c in collectives if not implements(asked, c)]

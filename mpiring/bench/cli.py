@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .algorithms import AUTO, all_names, graph_capturable
+from .algorithms import AUTO_REPRODUCIBLE, all_names, graph_capturable, picks_per_size
 from .argtypes import (
     RankZeroParser,
     batches_list,
@@ -135,6 +135,7 @@ class Options:
     output_format: str = "table"  # or "nccl-tests"
     baseline: str | None = None  # --baseline: the row speed-ups are against (None: the mode's reference)
     blocking: bool = False  # -z 1: the CPU waits for each timed call to complete (eager timing)
+    reproducible: bool = False  # --reproducible: the auto-reproducible row too (algorithms.VARIANTS)
 
     def size_range(self, gpu: bool) -> tuple[int, int]:
         lo, hi = GPU_DEFAULT if gpu else HOST_DEFAULT
@@ -160,10 +161,11 @@ def in_graph(opts: Options, algo: str) -> bool:
 
 
 def baseline_arg(text: str) -> str:
-    """An argparse type: one name ``--algo`` accepts, other than ``auto`` (whose pick changes
-    with the size, so ratios against it would compare with different rows)."""
+    """An argparse type: one name ``--algo`` accepts, other than ``auto`` and its variants
+    (whose pick changes with the size, so ratios against it would compare with different
+    rows)."""
     name = text.strip().lower()
-    choices = [a for a in all_names() if a != AUTO]
+    choices = [a for a in all_names() if not picks_per_size(a)]
     if name not in choices:
         raise argparse.ArgumentTypeError(f"unknown baseline {text!r}: choose from "
                                          f"{', '.join(choices)}")
@@ -196,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("what to run")
     g.add_argument("--algo", type=choices_list(all_names(), "algorithm"), metavar="LIST",
                    help="comma list of algorithms (default: all)")
+    g.add_argument("--reproducible", action="store_true",
+                   help=f"add {AUTO_REPRODUCIBLE}: auto, reproducible=True")
     g.add_argument("--baseline", type=baseline_arg, metavar="NAME",
                    help="speed-ups against it (default nccl; host mpi)")
     g.add_argument("--collective", type=choices_list(NAMES + (ALL,), "collective"),
@@ -319,5 +323,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         train_gemm_size=ns.train_gemm_size, gemm_sms=ns.gemm_sms, sm_budget=ns.sm_budget,
         timing="graph" if launches else "eager", gpu=ns.gpu, graph_launches=max(1, launches),
         average=ns.average, output_format=ns.output_format, collectives=collectives,
-        baseline=ns.baseline, blocking=bool(ns.blocking),
+        baseline=ns.baseline, blocking=bool(ns.blocking), reproducible=ns.reproducible,
     )

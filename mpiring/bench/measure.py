@@ -176,13 +176,17 @@ def capture_cupy(stream: Any, call: Callable[[], None], k: int) -> Any:
 
 
 class PointMeasurer:
-    """Runs points on one communicator; ``world`` is the bench's own MPI communicator."""
+    """Runs points on one communicator; ``world`` is the bench's own MPI communicator. The
+    calls name ``algorithm``, or without it the point's own (a bench row that runs another
+    algorithm on its own communicator, ``auto-reproducible``, is handed both:
+    :func:`mpiring.bench.sweep.target`)."""
 
     def __init__(self, world: Any, comm: Any, space: Any, policy: TimingPolicy, *,
                  check: int, time_agreement: bool, mpi_op: Any, in_place: Any,
                  overlap: Any = None, graph: bool = False, graph_launches: int = 1,
-                 blocking: bool = False) -> None:
+                 blocking: bool = False, algorithm: str | None = None) -> None:
         self.world, self.comm, self.space, self.policy = world, comm, space, policy
+        self.algorithm = algorithm  # what the calls name (None: the point's algo)
         self.check = int(check)  # checked calls per point (nccl-tests' -c); 0: none
         self.time_agreement = time_agreement
         self.mpi_op = mpi_op
@@ -195,8 +199,12 @@ class PointMeasurer:
         self._graph_stream: Any = None
         self._capture: Capture | None = None
 
+    def _algorithm(self, point: Point) -> str:
+        """The algorithm ``point``'s calls name."""
+        return self.algorithm or point.algo
+
     def _call(self, point: Point, bufs: SizeBuffers) -> Callable[[], None]:
-        comm, op, algo, nb = self.comm, self.mpi_op, point.algo, point.call_batches
+        comm, op, algo, nb = self.comm, self.mpi_op, self._algorithm(point), point.call_batches
         in_place = point.placement == "in"
         send = self.in_place if in_place else bufs.send
         recv = bufs.recv_arg(in_place)
@@ -336,7 +344,8 @@ class PointMeasurer:
         if count is None:
             return
         in_place = point.placement == "in"
-        space, comm, op, algo, nb = self.space, self.comm, self.mpi_op, point.algo, point.call_batches
+        space, comm, op, nb = self.space, self.comm, self.mpi_op, point.call_batches
+        algo = self._algorithm(point)
 
         def prepare() -> None:
             bufs.prepare_prefix(count, in_place)

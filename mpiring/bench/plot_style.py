@@ -11,7 +11,7 @@ from typing import Any
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from .. import algorithms
-from .algorithms import AUTO, default_sweep
+from .algorithms import AUTO, AUTO_REPRODUCIBLE, VARIANTS, default_sweep, picks_per_size
 from .collectives import ALLREDUCE, MPI_NAMES, kind
 from .results import Row
 from .sizes import format_size
@@ -26,6 +26,7 @@ STYLES = {
     "twoshot": ("mpiring two-shot", "#8c564b", "D"),
     "ring-events": ("mpiring ring (events)", "#17becf", "P"),
     "auto": ("mpiring auto", "#d62728", "x"),
+    AUTO_REPRODUCIBLE: ("mpiring auto, reproducible=True", "#8b0000", "X"),
     "mpi": ("MPI.Allreduce", "#7f7f7f", "D"),
     "oneshot-ll": ("mpiring one-shot LL", "#ff9896", "1"),
     "torch": ("torch.distributed all_reduce", "#e377c2", "<"),
@@ -33,9 +34,10 @@ STYLES = {
     "torch-symm-2shot": ("torch symm-mem two-shot", "#6b6b00", "h"),
     "nccl-symm": ("NCCL symmetric window", "#004d00", "*"),
 }
-EMPHASIZED = ("ring", AUTO)  # drawn wider and on top: mpiring's ring and auto
+EMPHASIZED = ("ring", AUTO, AUTO_REPRODUCIBLE)  # drawn wider and on top: the ring and auto
 _FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")
-ORDER = {a: i for i, a in enumerate(dict.fromkeys(default_sweep(True) + default_sweep(False)))}
+ORDER = {a: i for i, a in enumerate(dict.fromkeys(default_sweep(True) + default_sweep(False)
+                                                  + (AUTO, *VARIANTS)))}
 
 
 def _row(algo: str) -> algorithms.Algorithm | None:
@@ -62,13 +64,14 @@ def baseline_prefix(algo: str, collective: str) -> str:
 
 
 def line_style(algo: str, placement: str, label: str) -> dict[str, Any]:
-    """Matplotlib keywords of one algorithm's line: in-place dashed, auto dotted on top."""
+    """Matplotlib keywords of one algorithm's line: in-place dashed, auto (and
+    auto-reproducible) dotted on top."""
     _, color, marker = style_of(algo)
     dashes = {("out", False): "-", ("in", False): "--", ("out", True): ":", ("in", True): "-."}
     return dict(color=color, marker=marker, markersize=4, label=label,
                 linewidth=2.2 if algo in EMPHASIZED else 1.6,
                 zorder=3 if algo in EMPHASIZED else 2,
-                linestyle=dashes[(placement, algo == AUTO)])
+                linestyle=dashes[(placement, picks_per_size(algo))])
 
 
 def _short_size(nbytes: int) -> str:

@@ -33,6 +33,8 @@ else:
     except ImportError:  # mpiring-tune without the bench extra: plain text, no live bar
         from .plain import Console, Table, Text
 
+from .. import algorithms
+from .algorithms import picks_per_size
 from .nccl_format import NcclTestsTable
 from .overlap import GEMM, SHAPES, sms_label
 from .results import MAKESPAN_COLUMNS, Row
@@ -161,14 +163,26 @@ def overlap_columns(shapes: Sequence[str]) -> list[Column]:
     return cols
 
 
-def columns(baseline: str, overlap: Sequence[str] = ()) -> list[Column]:
-    """The table's columns; with ``overlap`` (its shapes), those of --overlap too."""
+ALGO_WIDTH = 16  # the algo column: "torch-symm-1shot", "auto:ring-events"
+
+
+def algo_width(algos: Sequence[str] = ()) -> int:
+    """The algo column's width: :data:`ALGO_WIDTH`, or as wide as ``<row>:<pick>`` for a row
+    of ``algos`` that shows auto's pick under a longer name (``auto-reproducible:mpi-twoshot``)."""
+    pick = max(map(len, algorithms.names(with_auto=False)))
+    return max([ALGO_WIDTH] + [len(a) + 1 + pick for a in algos if picks_per_size(a)])
+
+
+def columns(baseline: str, overlap: Sequence[str] = (), algos: Sequence[str] = ()) -> list[Column]:
+    """The table's columns; with ``overlap`` (its shapes), those of --overlap too; the algo
+    column fits the names of ``algos`` (:func:`algo_width`)."""
     cols: list[Column] = [
         ("size", 9, lambda r: format_size(r.size_bytes)),
         ("count", 11, lambda r: str(r.count)),
         ("type", 8, lambda r: r.dtype),
         ("op", 4, lambda r: "none" if r.collective == "allgather" else r.op),
-        ("algo", 16, lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
+        ("algo", algo_width(algos),
+         lambda r: Text(algo_label(r), style="bold" if r.algo == "ring" else "")),
         ("batches", 7, lambda r: r.batches if r.batches_used is None or r.batches != "auto"
                                  else f"auto:{r.batches_used}"),
         ("place", 5, lambda r: r.placement),
@@ -226,10 +240,11 @@ class Reporter:
         self.out.width = max(self.out.width, table_width(self.cols))
 
     def set_baseline(self, baseline: str, overlap: Sequence[str] = (),
-                     placements: Sequence[str] = ("out",)) -> None:
-        """The columns of this run: speed-up against ``baseline``, --overlap's ``overlap`` shapes;
-        with nccl-tests' table, the ``placements`` each of its lines waits for."""
-        self.cols = columns(baseline, overlap)
+                     placements: Sequence[str] = ("out",), algos: Sequence[str] = ()) -> None:
+        """The columns of this run: speed-up against ``baseline``, --overlap's ``overlap`` shapes,
+        an algo column that fits ``algos``; with nccl-tests' table, the ``placements`` each of
+        its lines waits for."""
+        self.cols = columns(baseline, overlap, algos)
         self.nccl_table = NcclTestsTable(placements)
         if self.enabled:
             self._fit_width()

@@ -1,8 +1,10 @@
 """The row of a measured point: its outcome in figures (times in microseconds, bandwidths,
 the speed-up over the run's baseline), auto's pick and the mini-batches the calls ran with.
 
-``sw`` is the run's :class:`~mpiring.bench.sweep.Sweep` (its communicator, rows so far,
-world size); only its attributes are read.
+``sw`` is the run's :class:`~mpiring.bench.sweep.Sweep` (its communicators, rows so far,
+world size); only its attributes are read. A row's communicator and the algorithm its calls
+name come from :func:`~mpiring.bench.sweep.target`: ``auto-reproducible``'s pick is what
+``auto`` resolves to on its communicator made with ``reproducible=True``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from ..errors import MpiringError
 from . import rivals
-from .algorithms import AUTO
+from .algorithms import AUTO, VARIANTS
 from .capture import capture_guard
 from .cli import in_graph
 from .collectives import ALLREDUCE, kind, reported_count
@@ -21,6 +23,7 @@ from .measure import Outcome, Point
 from .overlap import OverlapResult, sm_hold
 from .results import MAKESPAN_COLUMNS, Row
 from .stats import algbw, busbw
+from .sweep import target
 
 
 def resolved_pick(comm: Any, count: int, dtype: Any, collective: str = ALLREDUCE) -> str:
@@ -57,15 +60,15 @@ def _capturing(sw: Any) -> Iterator[None]:
 def batches_used(sw: Any, p: Point) -> int | None:
     """The mini-batches the point's calls ran with; None where the algorithm has none, or
     refuses the point (an n/a row: one-shot above its limit, the ring inside a graph)."""
-    algo = p.algo
-    if rivals.is_rival(algo):  # another library's row: no mini-batches
+    if rivals.is_rival(p.algo):  # another library's row: no mini-batches
         return None
+    comm, algo = target(sw, p.algo)
     try:
         if p.collective != ALLREDUCE and algo == AUTO:  # auto's pick for this collective
-            algo = sw.comm.resolve(p.count, sw.dtype, algorithm=AUTO, gpu=sw.mode == "gpu",
-                                   collective=kind(p.collective))
-        return sw.comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algo,
-                                   batches=p.call_batches)
+            algo = comm.resolve(p.count, sw.dtype, algorithm=AUTO, gpu=sw.mode == "gpu",
+                                collective=kind(p.collective))
+        return comm.batches_for(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algo,
+                                batches=p.call_batches)
     except MpiringError:
         return None
 
@@ -77,13 +80,15 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
               op=p.op, algo=p.algo, batches=p.batches_label, placement=p.placement, nranks=n,
               status=out.status, check=out.check, collective=p.collective, wrong=out.wrong,
               note=out.note, baseline=sw.baseline, batches_used=batches_used(sw, p))
-    if p.algo == AUTO:
+    comm, algorithm = target(sw, p.algo)
+    refused = p.algo in VARIANTS and out.status == "unavailable"  # its communicator said no
+    if algorithm == AUTO and not refused:  # auto's pick, on the row's communicator
         with _capturing(sw):
-            row.resolved = resolved_pick(sw.comm, p.count, sw.dtype, p.collective)
+            row.resolved = resolved_pick(comm, p.count, sw.dtype, p.collective)
     if out.overlap is not None:
         overlap_figures(row, out.overlap)
-        picked = row.resolved if row.resolved not in ("", "?") else p.algo  # auto: its pick
-        row.ar_sms, row.ar_sms_source = sm_hold(sw.comm, picked)
+        picked = row.resolved if row.resolved not in ("", "?") else algorithm  # auto: its pick
+        row.ar_sms, row.ar_sms_source = sm_hold(comm, picked)
     s = out.stats
     if s is not None:
         row.time_us, row.mean_us = s.median * 1e6, s.mean * 1e6

@@ -21,7 +21,15 @@ from typing import Any
 from mpi4py import MPI
 
 from ..communicator import Communicator
-from .algorithms import default_sweep, implements, node_only, reference, runnable
+from .algorithms import (
+    AUTO_REPRODUCIBLE,
+    VARIANTS,
+    default_sweep,
+    implements,
+    node_only,
+    reference,
+    runnable,
+)
 from .arrays import make_space
 from .baseline import arrange
 from .baseline import choose as choose_baseline
@@ -45,7 +53,7 @@ from .rivals import is_rival
 from .rivals.points import measure_rival, start_rivals
 from .rowmaker import make_row, reason, speedup
 from .sizes import format_size, sweep
-from .sweep import Sweep
+from .sweep import Sweep, target
 
 __all__ = ["BenchError", "Sweep", "exit_status", "run_sweep", "setup"]
 
@@ -55,12 +63,32 @@ HOST_SLACK = 64 << 20
 
 
 def _algorithms(wanted: Sequence[str] | None, gpu: bool, collective: str = ALLREDUCE,
-                nodes: int = 1) -> tuple[list[str], str]:
+                nodes: int = 1, reproducible: bool = False) -> tuple[list[str], str]:
     """(algorithms of ``collective`` to run in the mode's order, baseline first; the baseline's
-    name), on a communicator over ``nodes`` nodes."""
+    name), on a communicator over ``nodes`` nodes; ``reproducible`` (--reproducible) adds
+    ``auto-reproducible``."""
     wanted = list(wanted) if wanted else list(default_sweep(gpu, collective, nodes))
+    if reproducible:
+        wanted.append(AUTO_REPRODUCIBLE)
     return ([a for a in runnable(gpu, collective, nodes) if a in wanted],
             reference(gpu, collective))
+
+
+def _variants(wanted: Sequence[str] | None, reproducible: bool) -> list[str]:
+    """The rows of ``algorithms.VARIANTS`` the sweep holds (asked for with ``--algo``, or
+    ``auto-reproducible`` with --reproducible): each needs a communicator of its own."""
+    asked = set(wanted or ()) | ({AUTO_REPRODUCIBLE} if reproducible else set())
+    return [name for name in VARIANTS if name in asked]
+
+
+def _communicator(opts: Options, gpu: bool, row: str = "") -> Any:
+    """Collective: the bench's main communicator, or (``row``) the one of a row of
+    ``algorithms.VARIANTS``: the same timeout, SM budget and overlap, with the variant's
+    settings added (``auto-reproducible``: ``reproducible=True``)."""
+    settings = dict(VARIANTS[row].settings) if row else {}
+    return Communicator(MPI.COMM_WORLD, gpu=gpu, timeout=opts.timeout, sm_budget=opts.sm_budget,
+                        overlap=opts.overlap is not None,  # --overlap: auto picks for it
+                        **settings)
 
 
 def check_collectives(wanted: Sequence[str] | None, gpu: bool, collectives: Sequence[str],
@@ -125,40 +153,56 @@ def setup(opts: Options, world: Any, reporter: Reporter,
     except ValueError as err:
         raise BenchError(str(err)) from err
     try:
-        comm = Communicator(MPI.COMM_WORLD, gpu=gpu, timeout=opts.timeout, sm_budget=opts.sm_budget,
-                            overlap=opts.overlap is not None)  # --overlap: auto picks for it
+        comm = _communicator(opts, gpu)
     except Exception as err:  # raised on every rank by the library's collective set-up
         raise BenchError(f"cannot create the mpiring communicator: {type(err).__name__}: "
                          f"{err}") from err
+    variants: dict[str, Any] = {}
+    for row in _variants(wanted, opts.reproducible):
+        try:
+            variants[row] = _communicator(opts, gpu, row)
+        except Exception as err:  # raised on every rank alike, as above
+            _close(comm, variants)
+            raise BenchError(f"cannot create the communicator of {row} "
+                             f"({_settings(row)}): {type(err).__name__}: {err}") from err
     try:
         space = agree(world, lambda: make_space(gpu, dtype, world.size))
     except StageFailed as err:
-        comm.close()
+        _close(comm, variants)
         raise BenchError("cannot set up the benchmark buffers: " + "; ".join(err.errors)) from err
     topo = comm.topology
     try:
         left_out = check_collectives(wanted, gpu, opts.collectives, topo.nodes, topo.describe())
-    except BenchError:
-        comm.close()
-        raise
-    try:
         baseline = choose_baseline(opts.baseline, gpu, opts.collectives, topo.nodes)
     except BenchError:
-        comm.close()
+        _close(comm, variants)
         raise
-    algos_of, baseline = arrange({c: _algorithms(wanted, gpu, c, topo.nodes)[0]
+    algos_of, baseline = arrange({c: _algorithms(wanted, gpu, c, topo.nodes, opts.reproducible)[0]
                                   for c in opts.collectives}, baseline, bool(opts.baseline))
     algos = list(dict.fromkeys(a for c in opts.collectives for a in algos_of[c]))
-    reporter.set_baseline(baseline, overlap=opts.overlap_shapes, placements=opts.placements)
+    reporter.set_baseline(baseline, overlap=opts.overlap_shapes, placements=opts.placements,
+                          algos=algos)
     sw = Sweep(opts, world, comm, space, reporter, "gpu" if gpu else "host", algos, baseline,
                sizes_of[opts.collectives[0]], dtype, note=_note(mode.note, opts.collectives),
                algos_of=algos_of,
-               sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes)
+               sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes, variants=variants)
     if any(is_rival(a) for a in algos):
         start_rivals(sw)
     if opts.overlap:
         _set_up_overlap(sw)
     return sw
+
+
+def _settings(row: str) -> str:
+    """A variant's communicator settings, as its keyword arguments read: ``reproducible=True``."""
+    return ", ".join(f"{k}={v!r}" for k, v in VARIANTS[row].settings.items())
+
+
+def _close(comm: Any, variants: dict[str, Any]) -> None:
+    """Collective: close the main communicator, then the variants' (set-up gave up)."""
+    comm.close()
+    for other in variants.values():
+        other.close()
 
 
 def _note(note: str, collectives: Sequence[str]) -> str:
@@ -209,14 +253,25 @@ def _fits(sw: Sweep, count: int) -> tuple[bool, str]:
 
 
 def _rebuild(sw: Sweep) -> None:
-    """Collective: replace a communicator that failed mid-call by a fresh one."""
+    """Collective: replace a communicator that failed mid-call by a fresh one, and the
+    variants' communicators alike (made as in :func:`setup`)."""
+    gpu = sw.mode == "gpu"
     with contextlib.suppress(Exception):  # a failed communicator may not close cleanly
         sw.comm.close()
+    sw.comm = _remake(sw.opts, gpu)
+    for row, comm in sw.variants.items():
+        with contextlib.suppress(Exception):
+            comm.close()
+        sw.variants[row] = _remake(sw.opts, gpu, row)
+
+
+def _remake(opts: Options, gpu: bool, row: str = "") -> Any:
+    """Collective: :func:`_communicator` again, after an error; BenchError if that fails."""
     try:
-        sw.comm = Communicator(MPI.COMM_WORLD, gpu=sw.mode == "gpu", timeout=sw.opts.timeout,
-                               sm_budget=sw.opts.sm_budget, overlap=sw.opts.overlap is not None)
+        return _communicator(opts, gpu, row)
     except Exception as err:
-        raise BenchError(f"cannot recreate the communicator after an error: {err}") from err
+        whose = f" of {row}" if row else ""
+        raise BenchError(f"cannot recreate the communicator{whose} after an error: {err}") from err
 
 
 def runs_of(sw: Sweep) -> list[tuple[int, int, list[Point]]]:
@@ -254,7 +309,7 @@ def run_sweep(sw: Sweep) -> list[Row]:
             rep.note(f"{current}: size = the whole buffer, count = elements per rank",
                      style="bold")
         rep.working_on(f"{format_size(nbytes)}")
-        live = [p for p in points if p.algo not in sw.unavailable]
+        live = [p for p in points if sw.gone(p) is None]
         if not live:
             _unmeasured(sw, points, "")
             continue
@@ -274,7 +329,7 @@ def _unmeasured(sw: Sweep, points: list[Point], why: str) -> None:
     """The rows of points not measured: "unavailable" for algorithms that cannot run here,
     "skipped" (``why``) for the others."""
     for p in points:
-        gone = sw.unavailable.get(p.algo)
+        gone = sw.gone(p)
         sw.add(make_row(sw, p, Outcome("unavailable", "-", gone) if gone is not None
                         else Outcome("skipped", "-", why)))
     sw.reporter.advance(len(points))
@@ -301,17 +356,20 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
     for i, p in enumerate(points):
         if i and sw.should_stop():  # (the sweep asked before the first)
             break
-        if p.algo in sw.unavailable:
-            sw.add(make_row(sw, p, Outcome("unavailable", "-", sw.unavailable[p.algo])))
+        gone = sw.gone(p)
+        if gone is not None:
+            sw.add(make_row(sw, p, Outcome("unavailable", "-", gone)))
             rep.advance()
             continue
         rep.working_on(f"{format_size(nbytes)} {p.algo} batches={p.batches_label} "
                        f"{p.placement}")
-        measurer = PointMeasurer(sw.world, sw.comm, space, policy, check=opts.check,
+        comm, algorithm = target(sw, p.algo)
+        measurer = PointMeasurer(sw.world, comm, space, policy, check=opts.check,
                                  time_agreement=opts.time_agreement,
                                  mpi_op=MPI_OPS[opts.op], in_place=MPI.IN_PLACE,
                                  overlap=sw.overlap, graph=in_graph(opts, p.algo),
-                                 graph_launches=opts.graph_launches, blocking=opts.blocking)
+                                 graph_launches=opts.graph_launches, blocking=opts.blocking,
+                                 algorithm=algorithm)
         out = measure_rival(sw, measurer, p, bufs) if is_rival(p.algo) else measurer.measure(p, bufs)
         row = make_row(sw, p, out)
         row.speedup = speedup(sw, row)
@@ -328,9 +386,10 @@ def _run_size(sw: Sweep, policy: TimingPolicy, nbytes: int, count: int,
 def _show(sw: Sweep, p: Point, out: Outcome, row: Row) -> None:
     """Print a measured point: its row, and notes on what it taught about the algorithm."""
     rep = sw.reporter
-    if out.status == "unavailable":  # for the whole run: its later points are not tried
-        sw.unavailable[p.algo] = reason(out.note)
-        rep.note(f"{p.algo}: unavailable ({sw.unavailable[p.algo]})", style="dim")
+    if out.status == "unavailable":  # for the whole run (a variant's: the collective's)
+        why = reason(out.note)
+        sw.give_up(p, why)  # its later points are not tried
+        rep.note(f"{p.algo}: unavailable ({why})", style="dim")
         return
     if out.status == "inapplicable" and p.algo not in sw.inapplicable:
         sw.inapplicable.add(p.algo)  # noted once; its rows say n/a

@@ -11,7 +11,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from . import rivals
-from .algorithms import AUTO, is_batched
+from .algorithms import AUTO, VARIANTS, is_batched, picks_per_size
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
@@ -60,8 +60,10 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
         ("algorithms", ", ".join(sw.algos) + _baseline_text(sw)),
         *_rival_lines(sw),
+        *(("variant", f"{name}: {VARIANTS[name].summary}") for name in sw.algos
+          if name in VARIANTS),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
-        *((("tuning", _tuning_line(sw)),) if AUTO in sw.algos else ()),
+        *((("tuning", _tuning_line(sw)),) if _tuned(sw) else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
@@ -128,6 +130,13 @@ def _rival_lines(sw: Sweep) -> list[tuple[str, str]]:
         note = sw.rivals.notes.get(name, "") if sw.rivals is not None else ""
         lines.append(("rival", f"{name}: {rivals.get(name).summary}" + (f" [{note}]" if note else "")))
     return lines
+
+
+def _tuned(sw: Sweep) -> bool:
+    """Whether the banner names the tuning table: for ``auto``, and on GPUs for a variant of it
+    too (``auto-reproducible`` picks from the same table among the rows that keep rank order;
+    on the host it runs mpi-twoshot, no table's choice)."""
+    return AUTO in sw.algos or (sw.mode == "gpu" and any(map(picks_per_size, sw.algos)))
 
 
 def _tuning_line(sw: Sweep) -> str:

@@ -179,7 +179,7 @@ def test_straggler_at_random_steps(monkeypatch):
     """One rank is delayed on the host and on its GPU streams at random steps: still exact."""
     errors = []
     with mpiring.Communicator(WORLD, gpu=True, slot_bytes=256 << 10) as c:
-        link = c._gpu.transport
+        link = c.ring_pipeline(gpu=True).transport
         if RANK == WORLD.size - 1:
             chance = random.Random(7)
             for name in ("send", "fold", "wait_slot_full", "wait_slot_free"):
@@ -245,7 +245,7 @@ def test_unaligned_views(comm, algo):
 @pytest.mark.mpi(min_size=2)
 def test_oneshot_limit_is_enforced_on_every_rank(comm):
     """One-shot takes messages up to its limit and refuses larger ones with a clear error."""
-    limit = comm._gpu.oneshot_limit // 4
+    limit = comm.max_bytes("oneshot") // 4
     assert run_case(comm, "oneshot", mpiring.Op.SUM, limit, "float32", "out", salt=2) is None
     with pytest.raises(mpiring.InvalidArgumentError, match="oneshot"):
         x = cupy.ones(limit + 1, dtype=cupy.float32)

@@ -118,7 +118,7 @@ def test_unaligned_views_and_half_lines():
 
 def test_the_limit_is_enforced_and_auto_falls_back():
     with mpiring.Communicator(WORLD, gpu=True) as c:
-        assert c._gpu.oneshot_ll_limit == LIMIT
+        assert c.max_bytes("oneshot-ll") == LIMIT
         x = cupy.ones(LIMIT // 4 + 1, dtype=cupy.float32)
         with pytest.raises(mpiring.InvalidArgumentError, match="oneshot-ll"):
             c.Allreduce(MPI.IN_PLACE, x, algorithm="oneshot-ll")

@@ -47,7 +47,7 @@ def test_gpu_second_thread_raises_concurrent_call_error() -> None:
     problems: list[str] = []
     with mpiring.Communicator(WORLD, gpu=True, timeout=60) as comm:
         inside, release = threading.Event(), threading.Event()
-        pipeline = comm._gpu.pipeline
+        pipeline = comm.ring_pipeline(gpu=True)
         run = pipeline.run
 
         def held(*args: Any) -> None:

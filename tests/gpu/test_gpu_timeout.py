@@ -50,7 +50,7 @@ def ring_transport(comm: mpiring.Communicator, algo: str) -> Any:
         comm.Allreduce(cupy.ones(8, cupy.float32), cupy.empty(8, cupy.float32), algorithm=algo)
         comm.synchronize()
         return comm._gpu._events_ring[1]
-    return comm._gpu.pipeline.transport
+    return comm.ring_pipeline(gpu=True).transport
 
 
 def allreduce(comm: mpiring.Communicator, algo: str) -> tuple[cupy.ndarray, float]:

@@ -39,7 +39,7 @@ def seq_advance(comm: mpiring.Communicator, count: int, dtype: np.dtype, batches
     """Transfers a ring call of ``count`` elements must use on ``comm``."""
     if comm.size == 1 or count == 0:
         return 0
-    link = comm._host.transport
+    link = comm.ring_pipeline(gpu=False).transport
     nb = choose_batches(count, comm.size, link.slot_capacity(dtype), batches,
                         default_batches(count * dtype.itemsize, comm.size))
     return RingPlan(comm.size, count, nb).num_transfers
@@ -52,10 +52,11 @@ def seq_advance(comm: mpiring.Communicator, count: int, dtype: np.dtype, batches
 def test_ring(small_comm: mpiring.Communicator, op: Op, dtype: np.dtype, count: str, mode: str) -> None:
     """Every op x dtype x count x placement on 4 KiB slots: exact where it must be, identical everywhere."""
     n = resolve(count, small_comm.size)
-    before = small_comm._host.pipeline.next_seq
+    before = small_comm.ring_pipeline(gpu=False).next_seq
     label = f"{op.name} {dtype.name}[{n}] {mode}"
     problems = reduce_and_check(small_comm, dtype, op, n, mode, seed=11, label=label)
-    advanced, want = small_comm._host.pipeline.next_seq - before, seq_advance(small_comm, n, dtype, None)
+    advanced = small_comm.ring_pipeline(gpu=False).next_seq - before
+    want = seq_advance(small_comm, n, dtype, None)
     if advanced != want:
         problems.append(f"{label}: the ring used {advanced} transfers, not {want}")
     all_ok(problems)
@@ -69,13 +70,13 @@ def test_batches(default_comm: mpiring.Communicator, dtype: np.dtype, batches: i
                  mode: str) -> None:
     """Requested batch counts are honoured (big slots) and give the same exact results."""
     n = resolve(count, default_comm.size)
-    before = default_comm._host.pipeline.next_seq
+    before = default_comm.ring_pipeline(gpu=False).next_seq
     label = f"batches={batches} {dtype.name}[{n}] {mode}"
     problems = reduce_and_check(default_comm, dtype, Op.SUM, n, mode, seed=5, label=label, batches=batches)
     want = seq_advance(default_comm, n, dtype, batches)
     if default_comm.size > 1 and n and batches is not None and want != 2 * (default_comm.size - 1) * batches:
         problems.append(f"{label}: 1 MiB slots should not force more than {batches} batches")
-    advanced = default_comm._host.pipeline.next_seq - before
+    advanced = default_comm.ring_pipeline(gpu=False).next_seq - before
     if advanced != want:
         problems.append(f"{label}: {advanced} transfers instead of {want}")
     all_ok(problems)
@@ -105,12 +106,12 @@ def test_large(request: pytest.FixtureRequest, dtype: np.dtype, op: Op, mode: st
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
 def test_mpi_algorithm(small_comm: mpiring.Communicator, op: Op, dtype: np.dtype, mode: str) -> None:
     """algorithm="mpi" (MPI.Allreduce) gives correct results for every op and dtype MPI has."""
-    before = small_comm._host.pipeline.next_seq
+    before = small_comm.ring_pipeline(gpu=False).next_seq
     problems = []
     for count in (0, 1, 7919):
         problems += reduce_and_check(small_comm, dtype, op, count, mode, seed=9, identical=False,
                                      label=f"mpi {op.name} {dtype.name}[{count}] {mode}", algorithm="mpi")
-    if small_comm._host.pipeline.next_seq != before:
+    if small_comm.ring_pipeline(gpu=False).next_seq != before:
         problems.append("the mpi algorithm moved the ring's sequence numbers")
     all_ok(problems)
 
@@ -119,11 +120,11 @@ def test_mpi_as_default_algorithm(world: MPI.Intracomm) -> None:
     """A communicator created with algorithm="mpi" uses it, and "ring" can still be asked for."""
     with mpiring.Communicator(world, gpu=False, algorithm="mpi", slot_bytes=4096) as comm:
         problems = reduce_and_check(comm, np.dtype(np.float64), Op.SUM, 5000, "out", seed=1, label="mpi")
-        if comm._host.pipeline.next_seq != 1:
+        if comm.ring_pipeline(gpu=False).next_seq != 1:
             problems.append("default algorithm mpi ran the ring")
         problems += reduce_and_check(comm, np.dtype(np.float64), Op.SUM, 5000, "out", seed=2,
                                      label="ring", algorithm="ring")
-        if world.size > 1 and comm._host.pipeline.next_seq == 1:
+        if world.size > 1 and comm.ring_pipeline(gpu=False).next_seq == 1:
             problems.append("algorithm='ring' did not run the ring")
     all_ok(problems)
 

@@ -115,9 +115,9 @@ MISMATCH: dict[str, tuple[Call, str]] = {
 def still_works(comm: mpiring.Communicator, seq_before: int, label: str) -> list[str]:
     """Problems if the failed call moved sequence numbers, or a verified call now goes wrong."""
     problems = []
-    if comm._host.pipeline.next_seq != seq_before:
+    if comm.ring_pipeline(gpu=False).next_seq != seq_before:
         problems.append(f"{label}: a rejected call moved the sequence from {seq_before} "
-                        f"to {comm._host.pipeline.next_seq}")
+                        f"to {comm.ring_pipeline(gpu=False).next_seq}")
     problems += reduce_and_check(comm, np.dtype(np.float32), Op.SUM, 7919, "out", seed=31, label=label)
     return problems
 
@@ -127,7 +127,7 @@ def still_works(comm: mpiring.Communicator, seq_before: int, label: str) -> list
 def test_bad_input_on_every_rank(small_comm: mpiring.Communicator, case: str) -> None:
     """Every rank passes the same bad input: every rank raises the precise error."""
     call, cls, fragments = BAD[case]
-    before = small_comm._host.pipeline.next_seq
+    before = small_comm.ring_pipeline(gpu=False).next_seq
     err = attempt(lambda: call(small_comm))
     problems = expect_raised(err, cls, *fragments)
     if isinstance(err, (PeerArgumentError, RankMismatchError)):
@@ -143,7 +143,7 @@ def test_bad_input_on_one_rank(small_comm: mpiring.Communicator, case: str, whic
     call, cls, fragments = BAD[case]
     me, size = small_comm.rank, small_comm.size
     bad = 0 if which == "first" else size - 1
-    before = small_comm._host.pipeline.next_seq
+    before = small_comm.ring_pipeline(gpu=False).next_seq
     err = attempt(lambda: call(small_comm) if me == bad else good(small_comm))
     if me == bad:
         problems = expect_raised(err, cls, *fragments)
@@ -159,7 +159,7 @@ def test_ranks_disagree(small_comm: mpiring.Communicator, case: str) -> None:
     """One rank's valid call differs from the others': every rank raises RankMismatchError naming it."""
     call, field = MISMATCH[case]
     odd = small_comm.size // 2
-    before = small_comm._host.pipeline.next_seq
+    before = small_comm.ring_pipeline(gpu=False).next_seq
     err = attempt(lambda: call(small_comm) if small_comm.rank == odd else good(small_comm))
     problems = expect_raised(err, RankMismatchError, f"{field} (this rank",
                              "ranks called allreduce with different arguments")
@@ -173,7 +173,7 @@ def test_local_errors_without_agreement_check(world: MPI.Intracomm) -> None:
         problems = []
         for case in ("count mismatch", "partial overlap", "read-only recv", "unsupported op name"):
             call, cls, fragments = BAD[case]
-            before = comm._host.pipeline.next_seq
+            before = comm.ring_pipeline(gpu=False).next_seq
             problems += expect_raised(attempt(lambda call=call: call(comm)), cls, *fragments)
             problems += still_works(comm, before, case)
         all_ok(problems)

@@ -191,9 +191,9 @@ def test_without_agreement_check(world: MPI.Intracomm) -> None:
 def test_default_batches_option(world: MPI.Intracomm) -> None:
     """Communicator(batches=k) applies to every call that does not ask for its own."""
     with mpiring.Communicator(world, gpu=False, batches=3, timeout=60) as comm:
-        before = comm._host.pipeline.next_seq
+        before = comm.ring_pipeline(gpu=False).next_seq
         problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 9000, "out", seed=8, label="batches=3")
-        used = comm._host.pipeline.next_seq - before
+        used = comm.ring_pipeline(gpu=False).next_seq - before
         if used != 2 * (comm.size - 1) * 3:
             problems.append(f"{used} transfers, expected {2 * (comm.size - 1) * 3}")
     all_ok(problems)
@@ -223,7 +223,7 @@ def test_stragglers(world: MPI.Intracomm) -> None:
     local = np.random.default_rng([99, world.rank])
     straggler = [0]
     with new_comm(world) as comm:
-        slept = slow_down(comm._host.transport, lambda: comm.rank == straggler[0], local)
+        slept = slow_down(comm.ring_pipeline(gpu=False).transport, lambda: comm.rank == straggler[0], local)
         problems: list[str] = []
         for i in range(60):
             straggler[0] = int(shared.integers(world.size))
@@ -284,7 +284,7 @@ def test_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> None:
     victim = (skip + 1) % size  # the rank whose previous neighbour never sends
     comm = new_comm(world, check=False, timeout=0.5, batches=1)
     problems = reduce_and_check(comm, np.dtype(np.int64), Op.SUM, 1000, "out", seed=3, label="warm-up")
-    base = comm._host.pipeline.next_seq
+    base = comm.ring_pipeline(gpu=False).next_seq
     if me == skip:
         problems += late_close(comm, 1.5)
     else:

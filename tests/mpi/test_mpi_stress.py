@@ -109,7 +109,8 @@ def test_stress(world: MPI.Intracomm) -> None:
     crcs: list[int] = []
     labels: list[str] = []
     with mpiring.Communicator(world, gpu=False, slot_bytes=64 << 10, timeout=60) as comm:
-        straggle(comm._host.transport, who, comm.rank, np.random.default_rng([7, comm.rank]))
+        straggle(comm.ring_pipeline(gpu=False).transport, who, comm.rank,
+                 np.random.default_rng([7, comm.rank]))
         for i in range(CALLS):
             who[0] = int(plan.integers(world.size)) if plan.random() < 0.1 else -1
             label, out, found = one_call(comm, i, plan)
@@ -118,7 +119,7 @@ def test_stress(world: MPI.Intracomm) -> None:
             labels.append(label)
             if i % 100 == 99 and world.allreduce(len(problems) > 30, op=MPI.LOR):
                 break  # together: a rank that stopped alone would leave the others waiting
-        seqs = world.allgather(comm._host.pipeline.next_seq)
+        seqs = world.allgather(comm.ring_pipeline(gpu=False).next_seq)
     if len(set(seqs)) != 1:
         problems.append(f"ranks ended at different sequence numbers: {seqs}")
     everyone = world.allgather(crcs)

@@ -24,7 +24,7 @@ def hold_inside_calls(comm: mpiring.Communicator) -> tuple[threading.Event, thre
     """Make this rank's next host ring call wait (inside the call) until ``release`` is set;
     ``inside`` is set once it waits there."""
     inside, release = threading.Event(), threading.Event()
-    pipeline = comm._host.pipeline
+    pipeline = comm.ring_pipeline(gpu=False)
     run = pipeline.run
 
     def held(*args: Any) -> None:

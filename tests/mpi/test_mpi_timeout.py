@@ -51,7 +51,7 @@ def slow_sends(comm: mpiring.Communicator, slow: bool, before_send: Callable[[in
     """Run ``before_send(k)`` before this rank's ``k``-th send (1, 2, ...) if ``slow``."""
     if not slow:
         return
-    hook_sends(comm._host.transport, before_send)
+    hook_sends(comm.ring_pipeline(gpu=False).transport, before_send)
 
 
 def shape(collective: Collective) -> tuple[int, int]:

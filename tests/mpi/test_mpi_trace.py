@@ -58,7 +58,7 @@ def test_traced_calls_are_exact_and_span_every_transfer(small_comm, count: int) 
         if not (summary.call > 0 and summary.steps in {len(c) for c in timeline.calls}):
             problems.append(f"summary {summary}")
     all_ok(problems)
-    assert not isinstance(small_comm._host.pipeline.transport, TracingTransport)
+    assert not isinstance(small_comm.ring_pipeline(gpu=False).transport, TracingTransport)
 
 
 def test_a_late_rank_shows_as_the_next_ranks_wait_for_a_full_slot(world) -> None:
@@ -83,7 +83,7 @@ def test_a_late_rank_shows_as_the_next_ranks_wait_for_a_full_slot(world) -> None
 
 
 def test_one_trace_at_a_time_and_the_ring_restored_after_an_error(small_comm) -> None:
-    pipeline = small_comm._host.pipeline
+    pipeline = small_comm.ring_pipeline(gpu=False)
     ring = pipeline.transport
     with trace.ring_timeline(small_comm), pytest.raises(RuntimeError, match="already being traced"), \
             trace.ring_timeline(small_comm):

@@ -118,7 +118,7 @@ def call(comm: mpiring.Communicator, label: str, count: int = COUNT, dtype: Any 
 
 def sabotage(comm: mpiring.Communicator, at_send: int, action: Any) -> None:
     """Run ``action`` when this rank's transport starts its ``at_send``-th send from now."""
-    link = comm._host.transport
+    link = comm.ring_pipeline(gpu=False).transport
     send, sends = link.send, [0]
 
     def counted(*args: Any) -> None:
@@ -132,7 +132,7 @@ def sabotage(comm: mpiring.Communicator, at_send: int, action: Any) -> None:
 
 def straggle(comm: mpiring.Communicator, who: list[int], rng: np.random.Generator) -> None:
     """Make the transport of rank ``who[0]`` sleep at random steps, sometimes long."""
-    link = comm._host.transport
+    link = comm.ring_pipeline(gpu=False).transport
 
     def wrap(method: Any) -> Any:
         def slow(*args: Any) -> None:
@@ -235,7 +235,7 @@ def main() -> None:
             state["output_after_victim_resumed"] = classify(out, expected(COUNT))
     elif scenario in ("fold-raise", "sigint", "late"):
         if rank == victim and scenario == "fold-raise":
-            link, folds = comm._host.transport, [0]
+            link, folds = comm.ring_pipeline(gpu=False).transport, [0]
             fold = link.fold
 
             def failing(*args: Any) -> None:
