@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import tuning as auto_tuning
-from .agreement import FIELDS, settling
+from .agreement import FIELDS
 from .algorithms import Collective
 from .backends.gpu_hier import INTERS
 from .backends.host import HostBackend
@@ -42,6 +42,7 @@ from .lifetime import collected, release, set_up
 from .options import Options, check_comm, empty_like
 from .pipeline import RingPipeline
 from .replay import Key, Replay, Replays
+from .setup_steps import settling
 from .signals import Watch
 from .topology import Topology
 
@@ -420,7 +421,7 @@ class Communicator:
     def __enter__(self) -> Communicator:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -26,9 +26,9 @@ from typing import cast
 from mpi4py import MPI
 
 from . import settings as environment
-from .agreement import allgather, join
 from .consensus import check_setup
 from .errors import SetupError
+from .setup_steps import allgather, join
 from .topology import VIRTUAL_NODES, Topology, from_node_keys, virtual_node_of
 
 # What one mpiring communicator holds of MPI's communicators: its duplicate of the caller's, its
@@ -81,7 +81,7 @@ def out_of_communicators(rank: int) -> Iterator[None]:
 
 
 def duplicate(comm: MPI.Intracomm, timeout: float) -> MPI.Intracomm:
-    """The communicator's own duplicate of ``comm`` (:func:`mpiring.agreement.join`: bounded,
+    """The communicator's own duplicate of ``comm`` (:func:`mpiring.setup_steps.join`: bounded,
     names the ranks that never arrive), where MPI running out of communicators is named."""
     with out_of_communicators(comm.rank):
         return join(comm, timeout)

@@ -9,7 +9,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 from . import algorithms, cuda
-from .agreement import AgreementCheck, all_ranks
+from .agreement import AgreementCheck
 from .algorithms import Collective
 from .backends.host import HostBackend
 from .call_check import CallCheck
@@ -18,6 +18,7 @@ from .errors import MpiringError, PeerFailedError, UnavailableError
 from .notice import FailureNotice
 from .options import DEFAULT_HOST_SLOT_BYTES, Options
 from .replay import Replays
+from .setup_steps import all_ranks
 from .transports.host import slot_bytes_for
 
 if TYPE_CHECKING:

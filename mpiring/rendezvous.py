@@ -9,7 +9,7 @@ see the last arrival just before its timeout while another's timeout fires just 
 first goes ahead into blocking collectives, the second raises. And a rank that arrives after
 the others gave up would pair its first set-up with their retry.
 
-**Rounds on the caller's communicator** (:func:`mpiring.agreement.join`). Each rank numbers the
+**Rounds on the caller's communicator** (:func:`mpiring.setup_steps.join`). Each rank numbers the
 rounds it starts on one communicator (1, 2, ...; kept on the communicator as an MPI attribute,
 see :class:`mpiring.mailbox.Attempts`). The k-th round of every rank pairs with the k-th round of every other,
 as MPI pairs the k-th collective calls: a round that failed still counts. Every message
@@ -17,7 +17,7 @@ carries its round's number; a rank takes one sender's messages in order (MPI kee
 of one sender's messages on one tag), drops those of earlier rounds (what failed rounds left
 behind: drained, never matched by a later round), and keeps those of later rounds for then.
 
-**One-shot rounds on mpiring's own duplicate** (:func:`mpiring.agreement.finish`, and the
+**One-shot rounds on mpiring's own duplicate** (:func:`mpiring.setup_steps.finish`, and the
 failure notices of :mod:`mpiring.notice`) are identified by the *session*: a random number rank
 0 draws for each round of the join and every rank learns from its ``PREPARE``. A message of
 another session is dropped. (MPICH reuses a freed communicator's context for the next one, and

@@ -65,11 +65,6 @@ class TimeoutPolicy:
         return Waiter(self.seconds, rank)
 
     @property
-    def nanoseconds(self) -> int:
-        """The timeout for the GPU's clock (kernels' barriers)."""
-        return min(int(self.seconds * 1e9), 1 << 62)
-
-    @property
     def drain_seconds(self) -> float:
         """How long draining this rank's GPU work may take: the GPU's own waits end within the
         timeout (the watchdog, the kernels' clocks), plus as much for work queued ahead, plus 5 s."""

@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Source:
+class TableFile:
     """A table file as read: its table, its path, and a hash of its bytes."""
 
     table: TuningTable
@@ -75,7 +75,7 @@ class Choice:
 
     key: MachineKey | None  # None across nodes
     origin: str
-    source: Source | None = None
+    source: TableFile | None = None
     sm_budget: int | None = None  # the communicator's (None: none), which the table should share
 
     @property
@@ -154,7 +154,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def read(path: str | os.PathLike) -> Source:
+def read(path: str | os.PathLike) -> TableFile:
     """The table file at ``path``; raises InvalidArgumentError naming it and the problem."""
     try:
         data = Path(path).read_bytes()
@@ -164,17 +164,17 @@ def read(path: str | os.PathLike) -> Source:
         text = data.decode()
     except UnicodeDecodeError:
         raise InvalidArgumentError(f"{path} is not a text file (a tuning table is JSON)") from None
-    return Source(loads(text, str(path)), str(path), _digest(data))
+    return TableFile(loads(text, str(path)), str(path), _digest(data))
 
 
-def explicit(env: Mapping[str, str] | None = None) -> Source | None:
+def explicit(env: Mapping[str, str] | None = None) -> TableFile | None:
     """The table ``MPIRING_TUNING_FILE`` names (read and checked), or None."""
     path = settings.text(TUNING_FILE, env)
     return read(path) if path else None
 
 
 @functools.lru_cache(maxsize=1)
-def shipped() -> tuple[Source, ...]:
+def shipped() -> tuple[TableFile, ...]:
     """The tables that ship with mpiring (``mpiring/data/tuning-*.json``), by name; read once."""
     folder = resources.files("mpiring").joinpath("data")
     out = []
@@ -182,12 +182,12 @@ def shipped() -> tuple[Source, ...]:
         if item.name.startswith("tuning-") and item.name.endswith(".json"):
             data = item.read_bytes()
             label = f"mpiring/data/{item.name}"
-            out.append(Source(loads(data.decode(), label), label, _digest(data)))
+            out.append(TableFile(loads(data.decode(), label), label, _digest(data)))
     return tuple(out)
 
 
 def find(key: MachineKey, env: Mapping[str, str] | None = None,
-         given: Source | None = None, sm_budget: int | None = None) -> Choice:
+         given: TableFile | None = None, sm_budget: int | None = None) -> Choice:
     """The table for ``key`` and a communicator of ``sm_budget`` in lookup order (module
     docstring); ``given``: the ``MPIRING_TUNING_FILE`` table, already read. Raises
     InvalidArgumentError for a user table that cannot be read or that is for another machine."""
@@ -221,13 +221,13 @@ def _holding(key: MachineKey, env: Mapping[str, str] | None, sm_budget: int | No
 
 
 def settle(comm: MPI.Intracomm, topology: Topology, buses: Sequence[str] | None,
-           given: Source | None, timeout: float, sm_budget: int | None = None) -> Choice:
+           given: TableFile | None, timeout: float, sm_budget: int | None = None) -> Choice:
     """Collective over ``comm`` (one bounded allgather, on one node of several ranks): this
     node's key (:func:`mpiring.machine.detect`, from every GPU of the node) and table
     (:func:`find`, for a communicator of ``sm_budget``); raises the same SetupError on every
     rank if ranks differ in either, or if the table cannot be read."""
-    from .agreement import allgather
     from .consensus import disagreements
+    from .setup_steps import allgather
 
     if topology.nodes > 1:
         return Choice(None, ACROSS_NODES)

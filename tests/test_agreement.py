@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiring.agreement import FIELDS, AgreementCheck, all_ranks, join
+from mpiring.agreement import FIELDS, AgreementCheck
 from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
+from mpiring.setup_steps import all_ranks, join
 from mpiring.signals import COUNTER_STRIDE, NUM_COUNTERS
 
 GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1,

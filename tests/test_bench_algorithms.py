@@ -21,25 +21,28 @@ from mpiring.bench.cli import parse_args
 from mpiring.buffers import Memory
 
 RIVALS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
+DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls without mpiring
 
 
-def test_gpu_sweep_baselines_first_then_rivals_then_mpiring_then_auto():
-    assert default_sweep(True) == ("nccl", "nccl-ring", *RIVALS, "ring", "ring-events", "oneshot",
-                                   "twoshot", "oneshot-ll", "hier", "auto")
-    assert reference(True) == "nccl"
+def test_gpu_sweep_direct_row_then_baselines_then_rivals_then_mpiring_then_auto():
+    assert default_sweep(True) == ("nccl-direct", "nccl", "nccl-ring", *RIVALS, "ring",
+                                   "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier", "auto")
+    assert reference(True) == "nccl-direct"
 
 
-def test_host_sweep_is_mpi_then_ring_and_auto_only_on_request():
-    assert default_sweep(False) == ("mpi", "ring", "hier", "mpi-twoshot")
-    assert reference(False) == "mpi"
-    assert runnable(False) == ("mpi", "ring", "hier", "mpi-twoshot", AUTO, AUTO_REPRODUCIBLE)
+def test_host_sweep_is_mpi_direct_then_mpi_then_ring_and_auto_only_on_request():
+    assert default_sweep(False) == ("mpi-direct", "mpi", "ring", "hier", "mpi-twoshot")
+    assert reference(False) == "mpi-direct"
+    assert runnable(False) == ("mpi-direct", "mpi", "ring", "hier", "mpi-twoshot", AUTO,
+                               AUTO_REPRODUCIBLE)
     assert runnable(True) == default_sweep(True) + (AUTO_REPRODUCIBLE,)
 
 
 def test_every_table_row_is_covered():
-    assert set(all_names()) == {a.name for a in algorithms.rows()} | {AUTO, AUTO_REPRODUCIBLE} | set(RIVALS)
-    assert set(default_sweep(True)) == set(algorithms.names(Memory.CUDA)) | set(RIVALS)
-    assert set(default_sweep(False)) == set(algorithms.names(Memory.HOST, with_auto=False))
+    assert set(all_names()) == ({a.name for a in algorithms.rows()} | {AUTO, AUTO_REPRODUCIBLE}
+                                | set(RIVALS) | set(DIRECT))
+    assert set(default_sweep(True)) == set(algorithms.names(Memory.CUDA)) | set(RIVALS) | {"nccl-direct"}
+    assert set(default_sweep(False)) == set(algorithms.names(Memory.HOST, with_auto=False)) | {"mpi-direct"}
     assert {n for n in all_names() if is_batched(n)} == {"ring", "ring-events", "nccl-ring", "hier"}
 
 
@@ -63,8 +66,8 @@ def test_rows_of_one_node_are_left_out_across_nodes():
                                "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
     assert node_only(False) == ("ring",)
     assert node_only(True, "allgather") == ("ring", "ring-events")
-    assert default_sweep(True, nodes=2) == ("nccl", "nccl-ring", "torch", "hier", "auto")
-    assert default_sweep(False, nodes=3) == ("mpi", "hier", "mpi-twoshot")
+    assert default_sweep(True, nodes=2) == ("nccl-direct", "nccl", "nccl-ring", "torch", "hier", "auto")
+    assert default_sweep(False, nodes=3) == ("mpi-direct", "mpi", "hier", "mpi-twoshot")
     assert default_sweep(False, "reduce_scatter", nodes=2) == ("mpi", "mpi-twoshot")
     assert runnable(True, "allgather", nodes=2) == ("nccl", "auto", AUTO_REPRODUCIBLE)
 
@@ -85,4 +88,4 @@ def test_auto_reproducible_is_auto_through_a_reproducible_communicator_never_by_
             assert implements(AUTO_REPRODUCIBLE, collective)
         assert AUTO_REPRODUCIBLE not in node_only(gpu)
     assert not is_batched(AUTO_REPRODUCIBLE) and graph_capturable(AUTO_REPRODUCIBLE)
-    assert reference(True) == "nccl" and reference(False) == "mpi"
+    assert reference(True) == "nccl-direct" and reference(False) == "mpi-direct"

@@ -248,7 +248,7 @@ class StopsAfter:
     def __init__(self, world, comm, space, policy, **kw):
         StopsAfter.made.append(comm)
 
-    def measure(self, point, bufs):
+    def measure(self, point, bufs, call=None, capture=None):  # call: a rival's (mpi-direct)
         if len(StopsAfter.made) == StopsAfter.good + 1:
             os.kill(os.getpid(), StopsAfter.signum)  # the point still completes
             time.sleep(0.05)

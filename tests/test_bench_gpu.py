@@ -146,3 +146,35 @@ def test_block_collectives_check_on_device(name, collective, in_place):
     host = Expect(InputGenerator(np, "sum", dtype, n, seed=6), collective, total, 2)
     dev = Expect(gen, collective, total, 2)
     assert np.array_equal(host.want(m - 5, m + 5), cp.asnumpy(dev.want(m - 5, m + 5)))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("placement", ["out", "in"])
+@pytest.mark.parametrize(("name", "op"), [("float32", "sum"), ("float16", "max"), ("float64", "prod"),
+                                          ("int32", "min"), ("int64", "sum"), ("bfloat16", "max")])
+def test_nccl_direct_on_one_gpu_checked_and_timed(name, op, placement, graph):
+    """nccl-direct's runtime for real (CuPy's NCCL, one rank): its call on the bench's buffers
+    is checked element by element and timed, eager and captured in a CUDA graph (--graph).
+    Across ranks: mpirun -n 2 python -m mpiring.bench --gpu --algo nccl-direct,nccl,auto."""
+    from mpiring.bench.rivals.base import RivalContext
+    from mpiring.bench.rivals.direct_calls import NcclDirect
+
+    rival = NcclDirect()
+    why = rival.available()
+    if why:
+        pytest.skip(why)
+    dtype, space, count = resolve_dtype(name), space_for(name), 4099
+    rival.setup(MPI.COMM_SELF, RivalContext(max_count=count, dtype=dtype, op=op, rank=0, size=1,
+                                            nodes=1, timeout=30.0))
+    try:
+        gen = InputGenerator(space.xp, op, dtype, 1, seed=7)
+        bufs = SizeBuffers(space, gen, count, rank=0, cache=False)
+        m = PointMeasurer(MPI.COMM_SELF, DeviceFake(False), space, TimingPolicy(budget_s=0.005, reps=2),
+                          check=2, time_agreement=True, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE,
+                          graph=graph)
+        point = Point(count * dtype.itemsize, count, name, op, "nccl-direct", None, placement)
+        out = m.measure(point, bufs, call=rival.prepare(bufs, placement == "in"))
+        assert (out.status, out.check, out.wrong) == ("ok", "OK", 0), out.note
+        assert out.stats.median > 0
+    finally:
+        rival.close()

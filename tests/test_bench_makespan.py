@@ -20,8 +20,8 @@ from mpiring.bench.overlap import (
     TRAIN,
     Makespan,
     OverlapResult,
+    RankTimes,
     Shape,
-    Span,
     Work,
     combine_spans,
     efficiency,
@@ -115,14 +115,15 @@ def test_makespan_work_without_a_time_falls_back_on_the_gemm():
 
 
 def test_span_makespan_is_the_later_stream():
-    assert Span(1.0, 2.0, 1.5, 2.5).t_both == 2.5 and Span(1.0, 2.0, 3.0, 2.5).t_both == 3.0
-    assert Span(1.0, 2.0, 1.5, 2.5).ok
-    assert not Span(1.0, 2.0, math.nan, 2.5).ok and not Span(0.0, 2.0, 1.0, 2.0).ok
+    assert RankTimes(1.0, 2.0, 1.5, 2.5).t_both == 2.5 and RankTimes(1.0, 2.0, 3.0, 2.5).t_both == 3.0
+    assert RankTimes(1.0, 2.0, 1.5, 2.5).ok
+    assert not RankTimes(1.0, 2.0, math.nan, 2.5).ok and not RankTimes(0.0, 2.0, 1.0, 2.0).ok
 
 
 def test_combine_spans_takes_the_slowest_ranks_medians():
-    fast = [Span(10.0, 8.0, 10.5, 9.0), Span(10.2, 8.1, 10.4, 9.1), Span(9.9, 8.0, 10.6, 9.0)]
-    slow = [Span(11.0, 8.2, 11.0, 13.0), Span(11.1, 8.0, 11.2, 12.0), Span(50.0, 8.1, 11.0, 99.0)]
+    fast = [RankTimes(10.0, 8.0, 10.5, 9.0), RankTimes(10.2, 8.1, 10.4, 9.1), RankTimes(9.9, 8.0, 10.6, 9.0)]
+    slow = [RankTimes(11.0, 8.2, 11.0, 13.0), RankTimes(11.1, 8.0, 11.2, 12.0),
+            RankTimes(50.0, 8.1, 11.0, 99.0)]
     res = combine_spans([fast, slow], Work(calls=40, gemms=8))
     assert res.rank == 1 and res.reps == 3 and (res.calls, res.gemms) == (40, 8)
     assert (res.t_gemm_s, res.t_ar_s, res.t_both_s) == (11.1, 8.1, 13.0)  # one outlier is not it

@@ -350,11 +350,13 @@ def test_serial_end_to_end(tmp_path):
     assert len(list(tmp_path.glob("t_*.png"))) == 2  # main figure and batch sweep
     with csvs[0].open() as f:
         rows = list(csv.DictReader(f))
-    # 5 sizes x ((mpi, mpi-twoshot) x 2 placements + (ring, hier) x 2 batches x 2 placements)
-    assert len(rows) == 5 * 12
+    # 5 sizes x ((mpi-direct, mpi, mpi-twoshot) x 2 placements
+    #            + (ring, hier) x 2 batches x 2 placements)
+    assert len(rows) == 5 * 14
     assert {r["status"] for r in rows} == {"ok"} and {r["check"] for r in rows} == {"OK"}
     assert {r["wrong"] for r in rows} == {"0"}
-    assert {r["algo"] for r in rows} == {"mpi", "ring", "hier", "mpi-twoshot"}
+    assert {r["algo"] for r in rows} == {"mpi-direct", "mpi", "ring", "hier", "mpi-twoshot"}
+    assert {r["baseline"] for r in rows} == {"mpi-direct"}
 
 
 class BlockComm(FakeComm):

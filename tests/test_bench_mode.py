@@ -17,7 +17,7 @@ from mpi4py import MPI
 import mpiring
 from mpiring import cuda
 from mpiring.bench import mode
-from mpiring.bench.mode import Mode, ModeError, Probe, check_algorithms, decide
+from mpiring.bench.mode import Mode, ModeError, RankProbe, check_algorithms, decide
 from mpiring.install import pip_install
 
 LIBCUDART = "libcudart.so.12: cannot open shared object file: No such file or directory"
@@ -112,9 +112,9 @@ def test_visible_gpus_without_device_files_asks_nvidia_smi(monkeypatch, tmp_path
     assert cuda.visible_gpus() == ""
 
 
-BROKEN = Probe(False, "CuPy is installed but failed to load: ImportError: x", "/dev/nvidia0")
-NO_GPU = Probe(False, "CuPy is not installed", "")
-GOOD = Probe(True)
+BROKEN = RankProbe(False, "CuPy is installed but failed to load: ImportError: x", "/dev/nvidia0")
+NO_GPU = RankProbe(False, "CuPy is not installed", "")
+GOOD = RankProbe(True)
 
 
 def test_decisions():

@@ -55,14 +55,14 @@ def test_the_row_comes_right_after_auto_only_when_asked_for():
     host = list(default_sweep(False))  # auto is not in the host's sweep: the row comes last
     assert runner._algorithms(None, gpu=False, reproducible=True)[0] == host + [AUTO_REPRODUCIBLE]
     run, base = runner._algorithms(("ring", "auto"), gpu=False, reproducible=True)
-    assert run == ["ring", AUTO, AUTO_REPRODUCIBLE] and base == "mpi"
+    assert run == ["ring", AUTO, AUTO_REPRODUCIBLE] and base == "mpi-direct"
     run, _ = runner._algorithms((AUTO_REPRODUCIBLE, "mpi"), gpu=False)  # --algo alone
     assert run == ["mpi", AUTO_REPRODUCIBLE]
     for collective in ("reduce_scatter", "allgather"):
         run, _ = runner._algorithms(None, gpu=True, collective=collective, reproducible=True)
         assert run == ["nccl", "ring", "ring-events", AUTO, AUTO_REPRODUCIBLE]
     run, _ = runner._algorithms(None, gpu=True, nodes=2, reproducible=True)  # refused there: n/a
-    assert run == ["nccl", "nccl-ring", "torch", "hier", AUTO, AUTO_REPRODUCIBLE]
+    assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "hier", AUTO, AUTO_REPRODUCIBLE]
 
 
 def test_a_second_communicator_only_for_the_row():
@@ -266,7 +266,7 @@ def test_a_host_run_with_the_row(tmp_path, capsys, monkeypatch):
     mine = [r for r in rows if r["algo"] == AUTO_REPRODUCIBLE]
     for r in mine:
         assert (r["status"], r["wrong"], r["resolved"], r["batches"]) == ("ok", "0", "mpi-twoshot", "-"), r
-        assert float(r["speedup"]) > 0 and r["baseline"] == "mpi"
+        assert float(r["speedup"]) > 0 and r["baseline"] == "mpi-direct"
     assert meta["variants"] == {AUTO_REPRODUCIBLE: {"algorithm": AUTO, "reproducible": True}}
     assert meta["settings"]["reproducible"] is True
     text = " ".join(out.split())

@@ -22,6 +22,7 @@ from mpiring.bench.command import BenchError
 from mpiring.bench.measure import Outcome, Point
 from mpiring.bench.rivals import env
 from mpiring.bench.rivals.base import RivalContext, missing
+from mpiring.bench.rivals.direct_calls import NcclDirect
 from mpiring.bench.rivals.nccl_symm import NcclSymm, nccl_too_old
 from mpiring.bench.rivals.runtime import RivalSet
 from mpiring.bench.rivals.torch_nccl import TorchAllReduce
@@ -31,6 +32,7 @@ from mpiring.bench.stats import Stats
 from mpiring.install import pip_install
 
 REAL = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
+DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls, made directly
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
 
 
@@ -45,9 +47,11 @@ def ctx(op: str = "sum", dtype: str = "float32", nodes: int = 1) -> RivalContext
 def test_the_rivals_are_gpu_bench_rows_not_algorithms_of_the_library():
     from mpiring import algorithms
 
-    assert rivals.names() == REAL and rivals.names(rivals.GPU) == REAL
-    assert not any(n in algorithms.names() for n in REAL)  # not Communicator(algorithm=...)
-    assert all(n in all_names() for n in REAL) and not any(is_batched(n) for n in REAL)
+    assert rivals.names() == DIRECT + REAL and rivals.names(rivals.GPU) == ("nccl-direct", *REAL)
+    assert rivals.names(rivals.HOST) == ("mpi-direct",)
+    assert not any(n in algorithms.names() for n in DIRECT + REAL)  # not Communicator(algorithm=...)
+    assert all(n in all_names() for n in DIRECT + REAL)
+    assert not any(is_batched(n) for n in DIRECT + REAL)
     assert all(rivals.get(n).graph_capturable for n in REAL)
     with pytest.raises(ValueError, match="unknown rival 'nope'"):
         rivals.get("nope")
@@ -55,9 +59,10 @@ def test_the_rivals_are_gpu_bench_rows_not_algorithms_of_the_library():
 
 def test_rivals_come_after_the_reference_before_mpirings_rows_allreduce_only():
     gpu = default_sweep(True)
-    assert gpu.index("nccl") < min(gpu.index(n) for n in REAL)
+    assert gpu.index("nccl-direct") < gpu.index("nccl") < min(gpu.index(n) for n in REAL)
     assert max(gpu.index(n) for n in REAL) < gpu.index("ring")
-    assert not set(REAL) & set(default_sweep(False))  # the host runs no rival
+    assert not set(REAL) & set(default_sweep(False))  # the host runs one rival: mpi-direct
+    assert default_sweep(False)[:2] == ("mpi-direct", "mpi")
     for collective in ("reduce_scatter", "allgather"):
         assert not set(REAL) & set(default_sweep(True, collective))
     assert "torch" in default_sweep(True, nodes=2)  # torch runs across nodes, the others not
@@ -139,6 +144,7 @@ def test_the_rivals_turn_multicast_off_before_looking_for_their_package(monkeypa
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
     TorchSymm("1shot").available()
     NcclSymm().available()
+    NcclDirect().available()
     import os
 
     assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
@@ -171,10 +177,10 @@ def test_the_store_is_reached_on_loopback_on_one_host():
 
 @serial
 def test_the_real_rivals_are_skipped_with_reasons_here():
-    """No GPU, no torch: every real rival is skipped with its one-line reason, nothing set up."""
+    """No GPU, no torch: every real GPU rival is skipped with its one-line reason, nothing set up."""
     ps = RivalSet()
-    skipped = ps.start(MPI.COMM_SELF, REAL, ctx())
-    assert set(skipped) == set(REAL) and not ps.rivals
+    skipped = ps.start(MPI.COMM_SELF, ("nccl-direct", *REAL), ctx())
+    assert set(skipped) == {"nccl-direct", *REAL} and not ps.rivals
     assert all("\n" not in why and why for why in skipped.values())
     if not __import__("importlib").util.find_spec("torch"):
         assert skipped["torch"].startswith("torch is not installed")
@@ -228,8 +234,8 @@ def test_bad_baselines_exit_2(bad, capsys):
 
 
 def test_baseline_checks():
-    assert baseline.choose(None, True, ("allreduce",)) == "nccl"
-    assert baseline.choose(None, False, ("allreduce",)) == "mpi"
+    assert baseline.choose(None, True, ("allreduce",)) == "nccl-direct"
+    assert baseline.choose(None, False, ("allreduce",)) == "mpi-direct"
     assert baseline.choose("torch", True, ("allreduce",)) == "torch"
     with pytest.raises(BenchError, match="--baseline torch: cannot reduce the host arrays"):
         baseline.choose("torch", False, ("allreduce",))
@@ -275,7 +281,9 @@ def test_speedups_are_against_the_chosen_baseline():
 def test_the_banner_names_what_each_rival_times_or_why_it_is_skipped():
     ps = SimpleNamespace(notes={"torch": "torch 2.9.0, its NCCL 2.27.3"})
     sw = SimpleNamespace(algos=["nccl", "torch", "nccl-symm", "ring"], rivals=ps, baseline="torch",
-                         skipped={"nccl-symm": "nccl4py is not installed (pip install ...)"})
+                         skipped={"nccl-symm": "nccl4py is not installed (pip install ...)"},
+                         opts=SimpleNamespace(baseline="torch"), mode="gpu",
+                         collectives=["allreduce"])
     assert summary._rival_lines(sw) == [
         ("rival", f"torch: {rivals.get('torch').summary} [torch 2.9.0, its NCCL 2.27.3]"),
         ("skipped", "nccl-symm: nccl4py is not installed (pip install ...)")]

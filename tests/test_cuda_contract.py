@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from mpiring.cuda import contract, direct, sources, status
+from mpiring.cuda import contract, direct_kernels, sources, status
 from mpiring.cuda.layout import MAX_RANKS, StagingLayout
 
 CONTRACT = sources.read("contract.cuh")
@@ -62,7 +62,7 @@ def test_maxr_is_the_layouts_max_ranks() -> None:
 
 def test_direct_threads_match_the_launch_bounds() -> None:
     """The launcher's block size is the kernels' __launch_bounds__ (more threads would not launch)."""
-    assert _defines(CONTRACT)["DIRECT_THREADS"] == contract.DIRECT_THREADS == direct.THREADS
+    assert _defines(CONTRACT)["DIRECT_THREADS"] == contract.DIRECT_THREADS == direct_kernels.THREADS
     assert sources.read("direct.cu").count("__launch_bounds__(DIRECT_THREADS)") == 2
 
 
@@ -153,5 +153,5 @@ def test_oneshot_ll_threads_and_lines_match_the_kernel() -> None:
     """The launcher's block shape is oneshot_ll's __launch_bounds__, and its lines per thread."""
     defined = _defines(CONTRACT)
     assert (defined["LL_THREADS"], defined["LL_LINES"]) == (contract.LL_THREADS, contract.LL_LINES)
-    assert direct.LL_BLOCK_LINES == contract.LL_THREADS * contract.LL_LINES
+    assert direct_kernels.LL_BLOCK_LINES == contract.LL_THREADS * contract.LL_LINES
     assert sources.read("oneshot_ll.cu").count("__launch_bounds__(LL_THREADS)") == 1

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from mpiring import descriptor
 from mpiring.call_check import describe
 from mpiring.cuda import contract, sources
-from mpiring.cuda.direct import LL_BLOCK_LINES, ll_blocks
+from mpiring.cuda.direct_kernels import LL_BLOCK_LINES, ll_blocks
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,

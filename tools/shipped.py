@@ -40,9 +40,9 @@ from mpiring.bench.sizes import format_size
 from mpiring.bench.tunefile import DTYPE, OP, makespan_timings, sizes_text, table_json, timings
 
 GPU, LINK = "NVIDIA H200", "nvlink"
-LINK_EVIDENCE = ("README.md, Results: '4 x H200 (NVLink, all-to-all)' and '2 x H200 (NVLink)' "
+LINK_EVIDENCE = ("docs/results.md: '4 × H200 (NVLink, all-to-all)' and '2 × H200 (NVLink)' "
                  "(the results' metadata does not record the link)")
-SOURCES = {2: ("results/h200x2.csv", "results/h200x2-graph.csv"),
+SOURCES = {2: ("results/h200x2-7230227.csv", "results/h200x2-graph-7230227.csv"),
            4: ("results/h200x4.csv", "results/h200x4-graph.csv")}
 # Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm, every auto
 # candidate) on the reference machine: its overlap entries. None yet for 2 or 4 H200s.

@@ -46,7 +46,7 @@ THREADS = 256
 
 
 @dataclass(frozen=True)
-class Variant:
+class FoldVariant:
     """Where and how the fold runs: ``grid`` blocks on a stream of the primary context or of a
     green context of ``green_sms`` SMs (0: none), at the highest priority or the default; and
     how many SMs cuBLAS plans the GEMM for (``gemm_sms``; 0: all)."""
@@ -136,7 +136,7 @@ class Gpu:
         self.lowest, self.highest = cu_check(driver.cuCtxGetStreamPriorityRange())
         self._greens: dict[int, tuple] = {}
 
-    def stream(self, variant: Variant):
+    def stream(self, variant: FoldVariant):
         """A non-blocking stream for ``variant`` (made once per variant)."""
         d = self.d
         priority = self.highest if variant.high_priority else 0
@@ -200,7 +200,7 @@ class Gemms:
         return [elapsed(marks[k], marks[k + 1]) * 1e3 for k in range(len(marks) - 1)]
 
 
-def measure(gpu: Gpu, variants: list[Variant], gemm_n: int, mib: int, folds: int) -> list[Result]:
+def measure(gpu: Gpu, variants: list[FoldVariant], gemm_n: int, mib: int, folds: int) -> list[Result]:
     """Every variant's fold alone and beside the GEMM, and the GEMM beside it."""
     cupy, np, d = gpu.cupy, gpu.np, gpu.d
     n4 = (mib << 20) // 16
@@ -239,12 +239,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def default_variants(sms: int) -> list[Variant]:
+def default_variants(sms: int) -> list[FoldVariant]:
     big = 4 * sms  # what the ring's fold launches at most
-    out = [Variant(big), Variant(sms), Variant(16), Variant(big, True), Variant(16, True)]
-    out += [Variant(16, False, 16), Variant(16, True, 16), Variant(64, True, 32), Variant(big, True, 32)]
-    out += [Variant(big, False, 0, sms - 16), Variant(64, False, 0, sms - 16),
-            Variant(16, True, 16, sms - 16), Variant(big, False, 0, sms - 32)]
+    out = [FoldVariant(big), FoldVariant(sms), FoldVariant(16), FoldVariant(big, True), FoldVariant(16, True)]
+    out += [FoldVariant(16, False, 16), FoldVariant(16, True, 16), FoldVariant(64, True, 32),
+            FoldVariant(big, True, 32)]
+    out += [FoldVariant(big, False, 0, sms - 16), FoldVariant(64, False, 0, sms - 16),
+            FoldVariant(16, True, 16, sms - 16), FoldVariant(big, False, 0, sms - 32)]
     return out
 
 

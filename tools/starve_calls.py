@@ -32,7 +32,7 @@ from typing import Any
 
 from mpiring.bench.carveout import cupy_gemms_on
 
-from .starve import THREADS, Gemms, Gpu, Variant, cu_check, quantile
+from .starve import THREADS, FoldVariant, Gemms, Gpu, cu_check, quantile
 
 LIMIT_NS = 2_000_000_000  # a flag that does not come within 2 s fails the persistent fold
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: the poison of b and out before every call
@@ -44,7 +44,7 @@ class CallVariant:
     """How a call's folds run: ``persistent`` (one launch per call) or one launch per chunk,
     on ``variant``'s grid, priority and SM partition."""
 
-    variant: Variant
+    variant: FoldVariant
     persistent: bool
 
     @property
@@ -69,11 +69,11 @@ class CallResult:
 def default_call_variants(sms: int) -> list[CallVariant]:
     out = []
     for grid in (4 * sms, sms, 16):
-        out += [CallVariant(Variant(grid), False), CallVariant(Variant(grid), True)]
-    return out + [CallVariant(Variant(16, True), False), CallVariant(Variant(16, True), True)]
+        out += [CallVariant(FoldVariant(grid), False), CallVariant(FoldVariant(grid), True)]
+    return out + [CallVariant(FoldVariant(16, True), False), CallVariant(FoldVariant(16, True), True)]
 
 
-class Call:
+class CallShape:
     """The buffers, flags, streams and launch arguments of one call shape on ``gpu``."""
 
     def __init__(self, gpu: Gpu, cv: CallVariant, mib: int, chunks: int) -> None:
@@ -170,7 +170,7 @@ def measure_calls(gpu: Gpu, cv: CallVariant, gemm_n: int, mib: int, chunks: int,
                   calls: int) -> CallResult:
     """``calls`` calls alone and beside the GEMM (after :data:`CHECKED_CALLS` checked ones)."""
     gemms = Gemms(gpu.cupy, gemm_n)
-    call = Call(gpu, cv, mib, chunks)
+    call = CallShape(gpu, cv, mib, chunks)
     try:
         pair = [gpu.event(), gpu.event()]
         for _ in range(CHECKED_CALLS):  # one at a time, each checked (also the warm-up)

@@ -2,9 +2,9 @@
 
     ring         both   one node   the copy-engine ring (ring.py)
     ring-events  GPU    one node   the same ring signalled by interprocess events (ring_events.py)
-    oneshot      GPU    one node   one-kernel, latency (direct.py)
-    twoshot      GPU    one node   one-kernel, bandwidth (direct.py)
-    oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct.py)
+    oneshot      GPU    one node   one-kernel, latency (direct_calls.py)
+    twoshot      GPU    one node   one-kernel, bandwidth (direct_calls.py)
+    oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct_calls.py)
     nccl         GPU    any        ncclAllReduce (nccl.py)
     nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
     mpi          host   any        MPI.Allreduce (mpi.py)

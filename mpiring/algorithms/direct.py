@@ -14,7 +14,7 @@ Each reduces every element in rank order (rank 0's value, then rank 1's folded i
 float32 for 2-byte floats, rounded once: ``rank_ordered``, the rows of ``reproducible=True``.
 Each carries the call's descriptor (``Call.desc``) and checks on the GPU that every rank runs the
 same call before it writes any output (``gpu_check``: ``csrc/agree.cuh``). The kernels are
-``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct``.
+``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct_kernels``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..cuda.contract import CODE_ONESHOT_LL  # the kernels know this row by its code
 from .base import GPU, Algorithm, Call
 
 if TYPE_CHECKING:
@@ -60,9 +61,6 @@ def oneshot_ll_limit(backend: Backend) -> int | None:
     return backend.oneshot_ll_limit
 
 
-ONESHOT_LL_CODE = 10
-
-
 ONESHOT = Algorithm(
     "oneshot", 5, GPU, run_oneshot,
     summary="one kernel: every rank stores its input into all peers' slots, flag barrier, every "
@@ -79,7 +77,7 @@ TWOSHOT = Algorithm(
     graph_capturable=True, auto=True, gpu_check=True, bind=bind_twoshot, rank_ordered=True,
 )
 ONESHOT_LL = Algorithm(
-    "oneshot-ll", ONESHOT_LL_CODE, GPU, run_oneshot_ll,
+    "oneshot-ll", CODE_ONESHOT_LL, GPU, run_oneshot_ll,
     summary="one kernel, no barrier: every rank stores its input into all peers' slots as 16-byte "
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB",

@@ -27,9 +27,9 @@ from .base import Backend, ring_shape
 if TYPE_CHECKING:
     from ..algorithms.base import Algorithm, Call, Collective
     from ..baselines.nccl import NcclBaselines
-    from ..cuda.direct import DirectKernels
+    from ..cuda.direct_kernels import DirectKernels
     from ..cuda.event_staging import EventStaging
-    from ..cuda.kernels import FoldKernel
+    from ..cuda.fold_kernel import FoldKernel
     from ..cuda.layout import StagingLayout
     from ..cuda.memops import StreamMemOps
     from ..cuda.staging import IpcStaging
@@ -60,8 +60,8 @@ class GpuBackend(Backend):
         import cupy
 
         from ..cuda.device import bind_device
-        from ..cuda.direct import DirectKernels
-        from ..cuda.kernels import FoldKernel
+        from ..cuda.direct_kernels import DirectKernels
+        from ..cuda.fold_kernel import FoldKernel
         from ..cuda.memops import StreamMemOps
         from ..cuda.resources import LIVE
         from ..cuda.staging import IpcStaging

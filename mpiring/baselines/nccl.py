@@ -36,16 +36,6 @@ def nccl_module():
     return nccl
 
 
-def nccl_version() -> str | None:
-    """NCCL's version as "2.28.9", or None without NCCL."""
-    try:
-        v = nccl_module().get_version()
-    except (UnavailableError, Exception):
-        return None
-    major, minor, patch = v // 10000, (v % 10000) // 100, v % 100
-    return f"{major}.{minor}.{patch}"
-
-
 class NcclBaselines:
     """One NCCL communicator over the ranks of ``comm`` plus the nccl-ring staging buffer."""
 

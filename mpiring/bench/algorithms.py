@@ -1,10 +1,15 @@
 """Which algorithms the benchmark runs, and in which order, read from the algorithm table
 (:mod:`mpiring.algorithms`), so a new row shows up here without a copy to update.
 
-Order of a sweep: the reference first (speed-ups are against it by default: ncclAllReduce on
-GPUs, MPI.Allreduce on the host; NCCL's / MPI's reduce-scatter and all-gather for those
-collectives), then the other baselines, then the rivals (other libraries' allreduce:
-:mod:`mpiring.bench.rivals`; allreduce only), then mpiring's algorithms in table order, then
+Order of a sweep: the reference first (speed-ups are against it by default: for the
+allreduce the direct row, ``ncclAllReduce`` on CuPy's NCCL communicator on GPUs
+(``nccl-direct``), mpi4py's ``Comm.Allreduce`` on the host (``mpi-direct``), nothing of mpiring
+on their path; for reduce-scatter and all-gather, which have no direct rows, NCCL's / MPI's
+through mpiring), then the table's baselines (``nccl``, ``nccl-ring``, ``mpi``: the same library
+calls through ``mpiring.Communicator``, right after the direct row, which they replace as the
+reference where it cannot run: :mod:`mpiring.bench.baseline`), then the other rivals (other
+libraries' allreduce: :mod:`mpiring.bench.rivals`; allreduce only), then mpiring's algorithms
+in table order, then
 ``auto`` (GPU sweeps only: on the host ``auto`` means ``ring``, so it runs there only when
 asked for with ``--algo``), then ``auto-reproducible`` where asked for (``--reproducible``, or
 ``--algo``: :data:`VARIANTS`). A collective's sweep holds the rows that implement it; on a
@@ -96,6 +101,11 @@ def _rivals(gpu: bool, collective: str, nodes: int | None) -> list[str]:
     return [p.name for p in specs if nodes is None or p.runs_on(nodes)]
 
 
+def _direct(gpu: bool, collective: str, nodes: int | None, baselines: Sequence[str]) -> list[str]:
+    """The rivals of a sweep that call one of the table's ``baselines`` directly (``wraps``)."""
+    return [n for n in _rivals(gpu, collective, nodes) if rivals.wrapped(n) in baselines]
+
+
 def _rows(gpu: bool, collective: str) -> list[Algorithm]:
     memory = Memory.CUDA if gpu else Memory.HOST
     return [a for a in algorithms.rows() if a.serves(memory) and a.runner(kind(collective))]
@@ -107,7 +117,9 @@ def default_sweep(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tup
     rows = [a for a in _rows(gpu, collective) if a.runs_on(nodes)]
     first = [a.name for a in rows if a.baseline]
     rest = [a.name for a in rows if not a.baseline]
-    return tuple(first + _rivals(gpu, collective, nodes) + rest + ([AUTO] if gpu else []))
+    direct = _direct(gpu, collective, nodes, first)
+    others = [n for n in _rivals(gpu, collective, nodes) if n not in direct]
+    return tuple(direct + first + others + rest + ([AUTO] if gpu else []))
 
 
 def runnable(gpu: bool, collective: str = ALLREDUCE, nodes: int = 1) -> tuple[str, ...]:
@@ -134,7 +146,8 @@ def node_only(gpu: bool, collective: str = ALLREDUCE) -> tuple[str, ...]:
 
 
 def reference(gpu: bool, collective: str = ALLREDUCE) -> str:
-    """The baseline speed-ups are computed against by default."""
+    """The baseline speed-ups of ``collective`` are computed against by default: the first row
+    of its sweep (for the allreduce, the direct row: ``nccl-direct``, ``mpi-direct``)."""
     return default_sweep(gpu, collective)[0]
 
 

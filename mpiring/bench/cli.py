@@ -116,6 +116,8 @@ class Options:
     plot: bool
     seed: int
     timeout: float | None
+    # mpiring's per-call agreement check in the timed calls too (default, as the communicator
+    # runs; --no-time-agreement: off there, the checked calls keep it)
     time_agreement: bool
     progress: str
     argv: tuple[str, ...]
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--reproducible", action="store_true",
                    help=f"add {AUTO_REPRODUCIBLE}: auto, reproducible=True")
     g.add_argument("--baseline", type=baseline_arg, metavar="NAME",
-                   help="speed-ups against it (default nccl; host mpi)")
+                   help="speed-ups against it (default nccl-direct; host mpi-direct)")
     g.add_argument("--collective", type=choices_list(NAMES + (ALL,), "collective"),
                    default=(ALLREDUCE,), metavar="LIST",
                    help="allreduce (default), reduce_scatter, allgather or all")
@@ -245,8 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-a", "--average", type=int_in(AVERAGES, "-a/--average (the algorithms "
                    "are --algo)"), default=SLOWEST, metavar="0|1|2|3",
                    help="ranks' times: rank 0, mean, min, max (default 3)")
-    g.add_argument("--time-agreement", action="store_true",
-                   help="keep the per-call agreement check in timed calls")
+    agreement = g.add_mutually_exclusive_group()
+    agreement.add_argument("--time-agreement", action="store_true", default=True,
+                           help="agreement check on in timed calls (default)")
+    agreement.add_argument("--no-time-agreement", action="store_false", dest="time_agreement",
+                           help="agreement check off in mpiring's timed calls")
     g.add_argument("-G", "--cudagraph", type=nonneg_int, metavar="N", dest="graph_launches",
                    help="time N replays of a graph of the calls")
     g.add_argument("--graph", action="store_const", const=1, dest="graph_launches",

@@ -101,7 +101,7 @@ class InterruptGuard:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
-                 tb: TracebackType | None) -> None:
+                 _tb: TracebackType | None) -> None:
         if not self._active or self._pair is None:
             return
         self._active = False
@@ -116,7 +116,7 @@ class InterruptGuard:
             self._thread.join(timeout=5)
         reader.close()
 
-    def _note(self, signum: int, frame: FrameType | None) -> None:
+    def _note(self, signum: int, _frame: FrameType | None) -> None:
         """The handler in the main thread: remember the first signal (the helper thread,
         woken through the wakeup fd, does the rest)."""
         self.signum = self.signum or signum

@@ -280,7 +280,8 @@ class PointMeasurer:
                 check_label, wrong = "OK", 0
             if self.check and own and point.collective == ALLREDUCE:
                 self._check_odd_count(point, bufs)
-            self.comm.check = self.time_agreement
+            # the communicator's own setting (its default: on), or off (--no-time-agreement)
+            self.comm.check = saved and self.time_agreement
             outcome = self._time(call, check_label)
             outcome.wrong = wrong
             if self.overlap is not None and outcome.stats is not None:

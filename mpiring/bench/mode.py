@@ -23,7 +23,7 @@ class ModeError(Exception):
 
 
 @dataclass(frozen=True)
-class Probe:
+class RankProbe:
     """One rank's view: a usable GPU, or why not, and evidence of GPUs CuPy cannot use."""
 
     usable: bool
@@ -46,15 +46,15 @@ class Mode:
             if not self.gpu else ""
 
 
-def probe_this_rank() -> Probe:
+def probe_this_rank() -> RankProbe:
     """This rank's GPU status (CuPy imported once per process) and, without a usable GPU,
     the evidence of GPUs that CuPy could not use."""
     if cuda.available():
-        return Probe(True)
-    return Probe(False, cuda.unavailable_reason(), cuda.visible_gpus())
+        return RankProbe(True)
+    return RankProbe(False, cuda.unavailable_reason(), cuda.visible_gpus())
 
 
-def decide(wanted: str, probes: Sequence[Probe]) -> Mode:
+def decide(wanted: str, probes: Sequence[RankProbe]) -> Mode:
     """Pure: the mode for ``wanted`` ("auto", "gpu" or "host") given every rank's probe (in
     rank order); raises :class:`ModeError` naming the ranks and the reason."""
     if wanted == HOST:
@@ -85,7 +85,7 @@ def _ranks(ranks: Any) -> str:
     return f"rank {listed[0]}" if len(listed) == 1 else "ranks " + ", ".join(map(str, listed))
 
 
-def choose(wanted: str, world: Any, probe: Callable[[], Probe] | None = None) -> Mode:
+def choose(wanted: str, world: Any, probe: Callable[[], RankProbe] | None = None) -> Mode:
     """Collective over ``world``: every rank probes (unless ``--host``; ``probe`` defaults to
     :func:`probe_this_rank`), all decide alike."""
     if wanted == HOST:

@@ -197,7 +197,7 @@ def makespan_work(ar_s: float, iters: int, gemm_s: float, after: int, window_gem
     return Work(calls, gemm_count(calls * per_call, gemm_s, after))
 
 
-class Span(NamedTuple):
+class RankTimes(NamedTuple):
     """One makespan repetition on one rank, in seconds: the GEMMs alone, the calls alone, and
     when each stream ended after the common start when both ran at once."""
 
@@ -232,7 +232,7 @@ class Makespan:
     note: str = ""
 
 
-def combine_spans(per_rank: Sequence[Sequence[Span]], work: Work) -> Makespan:
+def combine_spans(per_rank: Sequence[Sequence[RankTimes]], work: Work) -> Makespan:
     """Per rank the median of T_gemm, T_ar and T_both over its repetitions; the rank with the
     largest median T_both, its three medians and their efficiency."""
     medians = [(statistics.median(s.t_gemm for s in spans), statistics.median(s.t_ar for s in spans),

@@ -26,9 +26,9 @@ from .overlap import (
     WARMUP_CALLS,
     Makespan,
     OverlapResult,
+    RankTimes,
     Rep,
     Shape,
-    Span,
     Work,
     combine,
     combine_spans,
@@ -120,7 +120,7 @@ class OverlapMeasurer:
     def _makespan(self, call: Call, shape: Shape, ar_s: float, iters: int,
                   size: int | None) -> Makespan:
         work = self.work(shape, ar_s, iters, size)
-        per_rank: list[list[Span]] = [[] for _ in range(self.world.size)]
+        per_rank: list[list[RankTimes]] = [[] for _ in range(self.world.size)]
         attempts = 0
         while len(per_rank[0]) < self.reps:
             spans = agree(self.world, functools.partial(self._span, call, shape, work), share=True)
@@ -136,7 +136,7 @@ class OverlapMeasurer:
                 mine.append(span)
         return combine_spans(per_rank, work)
 
-    def _span(self, call: Call, shape: Shape, work: Work) -> Span:
+    def _span(self, call: Call, shape: Shape, work: Work) -> RankTimes:
         tl, world = self.timeline, self.world
         tl.synchronize()
         world.Barrier()
@@ -147,7 +147,7 @@ class OverlapMeasurer:
         tl.synchronize()
         world.Barrier()
         gemm_end, ar_end = tl.together(shape.load, call, work.calls, work.gemms, shape.after)
-        return Span(t_gemm, t_ar, gemm_end, ar_end)
+        return RankTimes(t_gemm, t_ar, gemm_end, ar_end)
 
     # -- the slowdowns -----------------------------------------------------------------
 

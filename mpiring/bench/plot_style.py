@@ -33,6 +33,8 @@ STYLES = {
     "torch-symm-1shot": ("torch symm-mem one-shot", "#bcbd22", ">"),
     "torch-symm-2shot": ("torch symm-mem two-shot", "#6b6b00", "h"),
     "nccl-symm": ("NCCL symmetric window", "#004d00", "*"),
+    "nccl-direct": ("ncclAllReduce, direct (CuPy)", "#98df8a", "d"),
+    "mpi-direct": ("MPI.Allreduce, direct (mpi4py)", "#3f3f3f", "d"),
 }
 EMPHASIZED = ("ring", AUTO, AUTO_REPRODUCIBLE)  # drawn wider and on top: the ring and auto
 _FALLBACK = ("#e377c2", "#17becf", "#bcbd22", "#000000")

@@ -31,7 +31,7 @@ from .algorithms import (
     runnable,
 )
 from .arrays import make_space
-from .baseline import arrange
+from .baseline import arrange, fall_back
 from .baseline import choose as choose_baseline
 from .cli import Options, in_graph
 from .collectives import ALLREDUCE, MPI_NAMES, element_counts
@@ -188,9 +188,22 @@ def setup(opts: Options, world: Any, reporter: Reporter,
                sizes_of=sizes_of, left_out=left_out, nodes=topo.nodes, variants=variants)
     if any(is_rival(a) for a in algos):
         start_rivals(sw)
+        _fall_back(sw)
     if opts.overlap:
         _set_up_overlap(sw)
     return sw
+
+
+def _fall_back(sw: Sweep) -> None:
+    """A default baseline that cannot run here (a direct row the rivals' start skipped) gives
+    way to the table's row it wraps, where the sweep holds it (:func:`.baseline.fall_back`)."""
+    algos_of, baseline = fall_back(sw.baseline, bool(sw.opts.baseline), sw.skipped, sw.algos_of)
+    if baseline == sw.baseline:
+        return
+    sw.algos_of, sw.baseline = algos_of, baseline
+    sw.algos = list(dict.fromkeys(a for c in sw.collectives for a in algos_of[c]))
+    sw.reporter.set_baseline(baseline, overlap=sw.opts.overlap_shapes,
+                             placements=sw.opts.placements, algos=sw.algos)
 
 
 def _settings(row: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 STAT_FIELDS = ("mean", "std", "min", "max", "median")
@@ -37,8 +37,6 @@ class Stats:
     def as_tuple(self) -> tuple[float, ...]:
         return tuple(getattr(self, name) for name in STAT_FIELDS)
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def summarize(samples: list[float]) -> Stats:

@@ -10,8 +10,10 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from .. import algorithms
 from . import rivals
 from .algorithms import AUTO, VARIANTS, is_batched, picks_per_size
+from .baseline import note as baseline_note
 from .cli import Options
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
@@ -59,6 +61,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         *(("collective", size_line(c)) for c in sw.collectives),
         ("data", f"{opts.dtype} ({nccl_type(opts.dtype)}) {opts.op}"),
         ("algorithms", ", ".join(sw.algos) + _baseline_text(sw)),
+        *_through_lines(sw),
         *_rival_lines(sw),
         *(("variant", f"{name}: {VARIANTS[name].summary}") for name in sw.algos
           if name in VARIANTS),
@@ -68,8 +71,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
         ("timing", _timing_line(opts)),
-        ("reported", f"{REPORTED[opts.average]}; mpiring's per-call agreement "
-                     f"{'on' if opts.time_agreement else 'off'} in timed loops"),
+        ("reported", f"{REPORTED[opts.average]}; {_agreement_text(sw)}"),
         ("check", _check_line(sw) if opts.check else "off (-c 0): results not verified"),
         ("SMs", _sm_line(sw)),
     ]
@@ -109,13 +111,47 @@ def noisy_line(rows: list[Row]) -> str:
     return f"{len(noisy)} of {len(timed)} timed rows marked {NOISY_RULE}"
 
 
+def agreement_timed(sw: Sweep) -> bool:
+    """Whether mpiring's timed calls keep the per-call agreement check: as the communicator runs
+    it (on unless ``MPIRING_CHECK=0``), unless ``--no-time-agreement`` turns it off."""
+    return bool(sw.opts.time_agreement and getattr(sw.comm, "check", True))
+
+
+def _agreement_text(sw: Sweep) -> str:
+    """The banner's words on the agreement check in mpiring's timed calls."""
+    if agreement_timed(sw):
+        return ("mpiring's rows timed as the communicator runs them: per-call agreement check "
+                "on (--no-time-agreement: off)")
+    if not sw.opts.time_agreement:
+        return "mpiring's per-call agreement check off in timed loops (the checked calls keep it)"
+    return "mpiring's per-call agreement check off in timed loops (the communicator's: MPIRING_CHECK)"
+
+
 def _baseline_text(sw: Sweep) -> str:
     """What the speed-ups are against, for the banner's algorithms line."""
     if not sw.baseline:
         return ""
     if sw.baseline in sw.skipped:
         return f" (speed-up vs {sw.baseline}, which cannot run here: no speed-ups)"
-    return f" (speed-up vs {sw.baseline})"
+    why = baseline_note(sw.baseline, bool(sw.opts.baseline), sw.mode == "gpu", sw.collectives,
+                        sw.skipped, sw.algos)
+    return f" (speed-up vs {sw.baseline}" + (f"; {why})" if why else ")")
+
+
+def _through_lines(sw: Sweep) -> list[tuple[str, str]]:
+    """Per baseline row of mpiring's table in the sweep (``nccl``, ``nccl-ring``, ``mpi``): that
+    its time is the library's call through ``mpiring.Communicator``, with mpiring's per-call
+    work (the direct rows, rivals, make the call without it)."""
+    work = ("argument checks, dispatch, the agreement check" if agreement_timed(sw)
+            else "argument checks, dispatch; agreement check off")
+    lines = []
+    for name in sw.algos:
+        if name not in algorithms.names(with_auto=False) or not algorithms.get(name).baseline:
+            continue
+        summary = algorithms.get(name).summary.replace("`", "")
+        lines.append(("row", f"{name}: {summary} through mpiring.Communicator; its time includes "
+                             f"mpiring's per-call work ({work})"))
+    return lines
 
 
 def _rival_lines(sw: Sweep) -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 ``csrc/status.cuh``. Pure: numpy only, no CuPy.
 
 * :data:`CONTROL` is ``struct Ctl``, the direct kernels' table of addresses, which
-  :class:`mpiring.cuda.direct.DirectKernels` fills and copies into the staging once;
+  :class:`mpiring.cuda.direct_kernels.DirectKernels` fills and copies into the staging once;
 * the status block's word indices, STATE values and KIND codes (the algorithm that reported)
   are the ``ST_*`` constants that kernels write into pinned host memory and
   :mod:`mpiring.cuda.status` reads back.
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..descriptor import CALL as DESC_CALL  # agree.cuh's DESC_* (mpiring.descriptor packs them)
+from ..descriptor import DISAGREED as DESC_DISAGREED
+from ..descriptor import REJECTED as DESC_REJECTED
 from .layout import MAX_RANKS
 
 MAXR = MAX_RANKS  # MAXR in contract.cuh: rows of every per-rank table
@@ -51,6 +54,7 @@ HEALTHY, TIMED_OUT, ABORTED = 0, 1, 2
 KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL, KIND_NOTICE = 1, 2, 3, 4, 5
 KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot", KIND_ONESHOT_LL: "oneshot-ll",
          KIND_NOTICE: "notice"}
-# The descriptor's layout as the kernels read it (agree.cuh's DESC_*; mpiring.descriptor packs it).
-DESC_CALL, DESC_REJECTED, DESC_DISAGREED = 0, 1, 2
-CODE_ONESHOT_LL = 10  # the oneshot-ll row's code, which agree.cuh spells out to find its lines
+CODE_ONESHOT_LL = 10  # the oneshot-ll row's wire code (algorithms/direct.py uses it), spelt out
+# in agree.cuh to find its lines
+__all__ = ["CODE_ONESHOT_LL", "CONTROL", "DESC_CALL", "DESC_DISAGREED", "DESC_REJECTED", "DIRECT_THREADS",
+           "KINDS", "LL_LINES", "LL_THREADS", "MAXR", "WORDS"]

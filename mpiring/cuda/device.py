@@ -12,9 +12,9 @@ import os
 from mpi4py import MPI
 
 from .. import settings
-from ..agreement import allgather
 from ..buffers import Buffer
 from ..errors import InvalidArgumentError, SetupError
+from ..setup_steps import allgather
 
 REMEDY = (
     "make every GPU of the node visible to every rank (no per-rank CUDA_VISIBLE_DEVICES; with "

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ..agreement import allgather
 from ..errors import SetupError
+from ..setup_steps import allgather
 from ..signals import Waiter
 from .layout import ALLOC_ALIGN
 from .resources import LIVE

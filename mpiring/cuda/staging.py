@@ -18,8 +18,8 @@ import logging
 import numpy as np
 from mpi4py import MPI
 
-from ..agreement import allgather
 from ..errors import SetupError
+from ..setup_steps import allgather
 from ..signals import Waiter
 from .layout import MAX_RANKS, StagingLayout
 from .resources import LIVE

@@ -1,5 +1,5 @@
-"""The kernels on one GPU, without MPI: fold and copy (``mpiring.cuda.kernels``), one-shot and
-two-shot (``mpiring.cuda.direct``) over a one-rank staging.
+"""The kernels on one GPU, without MPI: fold and copy (``mpiring.cuda.fold_kernel``), one-shot and
+two-shot (``mpiring.cuda.direct_kernels``) over a one-rank staging.
 
 Every output is poisoned (0x7f bytes) before a launch and checked element by element after it,
 with a guard of poison on either side that must survive. Fold results are compared bit for
@@ -18,8 +18,8 @@ cupy = pytest.importorskip("cupy")  # tests/gpu/conftest.py skips too; this file
 
 from mpiring import cuda  # noqa: E402
 from mpiring.cuda import contract, sources  # noqa: E402
-from mpiring.cuda.direct import DirectKernels  # noqa: E402
-from mpiring.cuda.kernels import FoldKernel  # noqa: E402
+from mpiring.cuda.direct_kernels import DirectKernels  # noqa: E402
+from mpiring.cuda.fold_kernel import FoldKernel  # noqa: E402
 from mpiring.cuda.layout import StagingLayout  # noqa: E402
 from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op, divide_by_ranks  # noqa: E402
 

@@ -104,6 +104,6 @@ def test_starve_variants_and_quantile() -> None:
     assert starve.quantile([1.0, 2.0], 0.0) == 1.0
     variants = starve.default_variants(132)
     assert variants[0].grid == 4 * 132 and len({v.label for v in variants}) == len(variants)
-    assert "green 16 SMs" in starve.Variant(16, True, 16).label
+    assert "green 16 SMs" in starve.FoldVariant(16, True, 16).label
     calls = starve_calls.default_call_variants(132)
     assert len(calls) == 8 and {c.persistent for c in calls} == {True, False}

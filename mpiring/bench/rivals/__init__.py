@@ -4,10 +4,18 @@ output before timing, the same eager and ``--graph`` timing), so the table compa
 like. They are bench rows, not rows of mpiring's algorithm table: ``mpiring.Communicator``
 knows nothing of them.
 
+    nccl-direct       ncclAllReduce on CuPy's NCCL communicator, nothing else (direct_calls.py)
+    mpi-direct        mpi4py's Comm.Allreduce on host arrays, nothing else    (direct_calls.py)
     torch             torch.distributed.all_reduce, NCCL backend          (torch_nccl.py)
     torch-symm-1shot  torch.ops.symm_mem one-shot all-reduce, one node    (torch_symm.py)
     torch-symm-2shot  torch.ops.symm_mem two-shot all-reduce, one node    (torch_symm.py)
     nccl-symm         ncclAllReduce in an NCCL_WIN_COLL_SYMMETRIC window  (nccl_symm.py)
+
+The two *direct* rows are the plain library calls that the table's ``nccl`` and ``mpi`` rows
+make through ``mpiring.Communicator.Allreduce`` (whose times include mpiring's argument
+checks, dispatch and agreement check; the direct rows' do not): a spec's ``wraps`` names that
+row. A direct row is the mode's default baseline of the allreduce, with the row it wraps as
+the fallback where it cannot run (:mod:`mpiring.bench.baseline`).
 
 This module is the registry, pure and cheap to import: each :class:`RivalSpec` says what its
 row times, which reductions, element types and communicators it takes, and how to make its
@@ -39,8 +47,10 @@ class RivalSpec:
         ops: the reductions it takes (``-o``); others are refused with a reason.
         dtypes: the element types it takes (numpy names), None for every one.
         node_only: it runs only where every rank is on one node.
-        memory: "gpu" (the real rivals) or "host" (test rivals).
+        memory: "gpu" or "host" (``mpi-direct``, and the tests' rivals).
         graph_capturable: its calls may be captured into a CUDA graph (``--graph``).
+        wraps: the row of mpiring's algorithm table whose call this row makes directly,
+            without mpiring on the path ("" for none): the default baseline's fallback.
     """
 
     name: str
@@ -51,6 +61,7 @@ class RivalSpec:
     node_only: bool = False
     memory: str = GPU
     graph_capturable: bool = True
+    wraps: str = ""
 
     def runs_on(self, nodes: int) -> bool:
         return not self.node_only or nodes == 1
@@ -64,6 +75,7 @@ def _lazy(module: str, attr: str, *args: Any) -> Callable[[], Any]:
 
 
 TORCH_SYMM_DTYPES = ("float32", "bfloat16")  # symm_mem's kernels: AT_DISPATCH_FLOAT_AND_BFLOAT16
+MPI_DTYPES = ("float16", "float32", "float64", "int32", "int64")  # MPI has no bfloat16 type
 
 _RIVALS: dict[str, RivalSpec] = {}
 
@@ -82,6 +94,15 @@ def unregister(name: str) -> None:
 
 
 for _spec in (
+    RivalSpec("nccl-direct", "ncclAllReduce on CuPy's NCCL communicator "
+              "(cupy.cuda.nccl.NcclCommunicator.allReduce on raw pointers, on the bench's stream), "
+              "nothing else: the call the nccl row makes through mpiring",
+              _lazy("direct_calls", "NcclDirect"), wraps="nccl"),
+    RivalSpec("mpi-direct", "mpi4py's Comm.Allreduce(send, recv, op) on a duplicate of "
+              "COMM_WORLD (MPI.IN_PLACE in place; MPI's own op, also for max/min), nothing "
+              "else: the call the mpi row makes through mpiring",
+              _lazy("direct_calls", "MpiDirect"), dtypes=MPI_DTYPES, memory=HOST,
+              graph_capturable=False, wraps="mpi"),
     RivalSpec("torch", "torch.distributed.all_reduce (NCCL process group) on the bench's buffers; "
               "out of place it also times the copy send -> recv that torch's in-place-only "
               "all_reduce needs", _lazy("torch_nccl", "TorchAllReduce")),
@@ -112,6 +133,12 @@ def is_rival(name: str) -> bool:
     return name in _RIVALS
 
 
+def wrapped(name: str) -> str:
+    """The table row whose call rival ``name`` makes directly ("" for none, or no rival)."""
+    spec = _RIVALS.get(name)
+    return spec.wraps if spec is not None else ""
+
+
 def get(name: str) -> RivalSpec:
     try:
         return _RIVALS[name]
@@ -128,11 +155,13 @@ def refusal(name: str, op: str, dtype: str, nodes: int = 1) -> str | None:
                 + (": torch.ops.symm_mem's all-reduce kernels take reduce_op='sum' only"
                    if name.startswith("torch-symm") else ""))
     if spec.dtypes is not None and dtype not in spec.dtypes:
-        return f"takes {'/'.join(spec.dtypes)} only, not -d {dtype}"
+        return (f"takes {'/'.join(spec.dtypes)} only, not -d {dtype}"
+                + (": MPI has no bfloat16 type" if name == "mpi-direct" and dtype == "bfloat16"
+                   else ""))
     if not spec.runs_on(nodes):
         return f"runs only where every rank is on one node, and the communicator spans {nodes}"
     return None
 
 
 __all__ = ["ALL_OPS", "GPU", "HOST", "RivalSpec", "get", "is_rival", "names", "refusal", "register",
-           "unregister"]
+           "unregister", "wrapped"]

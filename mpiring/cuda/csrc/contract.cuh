@@ -1,5 +1,5 @@
 // The host/device contract of the direct kernels: the table of addresses that
-// mpiring/cuda/direct.py (DirectKernels.__init__) writes once into the staging and that every
+// mpiring/cuda/direct_kernels.py (DirectKernels.__init__) writes once into the staging and that every
 // oneshot/twoshot launch reads. Its numpy mirror is mpiring.cuda.contract.CONTROL; the
 // static_asserts below pin every offset, and tests/test_cuda_contract.py checks each of them
 // against the mirror, so a field added, moved or resized on one side only fails to compile

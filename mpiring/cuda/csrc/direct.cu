@@ -1,4 +1,4 @@
-// The one-shot and two-shot allreduce kernels (launcher: mpiring/cuda/direct.py, whose
+// The one-shot and two-shot allreduce kernels (launcher: mpiring/cuda/direct_kernels.py, whose
 // docstring describes the two algorithms). Both push: every byte crossing NVLink is a store
 // into a peer's staging, never a load from it (remote stores are posted; remote loads wait a
 // full round trip).

@@ -1,6 +1,6 @@
 // The reduction ("fold") kernel of the ring, out = in (op) slot elementwise, and a copy kernel.
 // Loads and stores are 16 bytes wide when all three pointers allow it (the launcher decides:
-// mpiring/cuda/kernels.py).
+// mpiring/cuda/fold_kernel.py).
 //
 // Both kernels write user output, so both first read the communicator's abort word: once a
 // rank aborted the communicator, released waits let queued work run on, and it must not write

@@ -1,5 +1,5 @@
 // oneshot-ll: the one-shot allreduce for the smallest messages, with no barrier. Launcher:
-// mpiring/cuda/direct.py (DirectKernels.launch_ll). The data is its own flag (NCCL's LL
+// mpiring/cuda/direct_kernels.py (DirectKernels.launch_ll). The data is its own flag (NCCL's LL
 // protocol, written afresh here): every 16-byte line a rank stores into a peer carries 8 bytes
 // of payload, as two 64-bit halves (flag << 32 | 32 bits of data). A half is one naturally
 // aligned 64-bit store, single-copy atomic, so a reader that sees the flag in both halves has

@@ -51,7 +51,6 @@ WORD = 16  # bytes: rows and shards start on 16-byte boundaries of the staging
 _SOURCE = "direct.cu"
 _LL_SOURCE = "oneshot_ll.cu"
 _NOTICE_SOURCE = "notice.cu"
-_CONTROL = CONTROL  # the old name, still used by tests/gpu/scripts/gpu_fault.py
 LL_BLOCK_LINES = LL_THREADS * LL_LINES  # lines one oneshot-ll block moves
 
 

@@ -1,0 +1,30 @@
+"""Names vulture reports as unused in mpiring/ and tools/ that are kept on purpose, each with why.
+CI runs ``vulture mpiring tools .ci/vulture_allow.py --min-confidence 60``: a new unused name
+fails it; remove the code, or list it here with its reason."""
+# ruff: noqa: B018, F821 - a vulture allowlist is a list of bare names
+
+# -- public API: for users (and the tests that pin it), not called inside the library ----------
+replays_kept  # Communicator.replays_kept: how many call shapes replay (mpiring.replay)
+rail_ranks  # Topology.rail_ranks: the ranks at one place of every node, as a user reads a topology
+supported_dtypes  # mpiring.ops: the element types this installation can reduce on the host
+markdown  # mpiring.settings.markdown: renders docs/settings.md's table (a test keeps them equal)
+READERS  # mpiring.settings: which code reads a variable (the docs' tables are grouped by it)
+load_error  # cuda.Probe.load_error: CuPy's import error, shown by `python -m mpiring` and the bench
+gpu_call  # RankMismatchError.gpu_call: the GPU-checked call count where ranks disagreed
+
+# -- the statement of a rule that kernels or tests check the code against --------------------
+direct_flag  # StagingLayout.direct_flag: where a direct kernel's flag lies (test_layout vs csrc)
+max_chunk  # RingPlan.max_chunk: what one receive slot must hold (schedule tests check plans by it)
+depends_on  # Step.depends_on: the step a fold waits for (the schedule's ordering tests read it)
+tolerance  # mpiring.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
+
+# -- the benchmark -------------------------------------------------------------------------------
+NcclDirect, MpiDirect, NcclSymm, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)
+pending  # bench.command.SignalGuard.pending: the first signal's name (what an interrupted run reports)
+check_exact  # bench.data.check_exact: the proof that each value rule is exact (test_bench_data)
+sms_held  # bench.overlap.sms_held: the SMs a row holds, the seam a budget is stated through
+write_csv, write_json, read_jsonl  # bench.results: the results files' format, both directions
+# bench.results.Row's columns, written to and read from the CSV/JSON by field name:
+mean_us, gemm_alone_us, gemm_overlap_us, ar_alone_us, ar_overlap_us, overlap_gemms, overlap_calls
+t_gemm_us, t_ar_us, overlap_eff, train_gemms, train_calls, train_t_gemm_us, train_t_ar_us
+train_t_both_us, train_eff
