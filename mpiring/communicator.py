@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from mpi4py import MPI
 
+from . import algorithms
 from . import tuning as auto_tuning
 from .agreement import FIELDS
 from .algorithms import Collective
@@ -372,8 +373,6 @@ class Communicator:
     def max_bytes(self, algorithm: str, *, gpu: bool | None = None) -> int | None:
         """The largest message ``algorithm`` takes on this communicator's GPU (or host) arrays,
         in bytes; None: no limit (e.g. oneshot's slot on this rank count, oneshot-ll's 64 KiB)."""
-        from . import algorithms  # the table (dispatch reads it too)
-
         memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
         return algorithms.get(algorithms.check_name(algorithm)).max_bytes(self._dispatch.backend(memory))
 

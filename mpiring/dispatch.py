@@ -307,7 +307,6 @@ class Dispatcher:
                 return name
         return first
 
-
     def _ordered_choice(self, nbytes: int, memory: Memory, collective: Collective, usual: str) -> str:
         """What auto runs with reproducible=True: its ``usual`` choice where that row reduces in
         rank order, else the first such row, in table order, that can run the call (size limit;
