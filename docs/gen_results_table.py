@@ -25,9 +25,14 @@ import sys
 from pathlib import Path
 
 # Column order: the baseline, auto, then mpiring's rows, then the peers and the other baselines.
-ORDER = ["nccl", "mpi", "auto", "oneshot-ll", "oneshot", "twoshot", "ring", "ring-events", "hier",
-         "nccl-ring", "nccl-symm", "torch", "torch-symm-1shot", "torch-symm-2shot"]
-TITLES = {"nccl": "ncclAllReduce", "mpi": "MPI_Allreduce", "auto": "auto (its pick)"}
+ORDER = ["nccl-direct", "mpi-direct", "nccl", "mpi", "auto", "auto-reproducible", "oneshot-ll", "oneshot",
+         "twoshot", "ring", "ring-events", "hier", "nccl-ring", "nccl-symm", "torch", "torch-symm-1shot",
+         "torch-symm-2shot"]
+# nccl / mpi: NCCL's and MPI's allreduce through mpiring.Communicator (the committed runs' baseline);
+# the direct rows call them with nothing of mpiring on the path (the bench's default baselines).
+TITLES = {"nccl": "ncclAllReduce", "mpi": "MPI_Allreduce", "nccl-direct": "ncclAllReduce (direct)",
+          "mpi-direct": "MPI_Allreduce (direct)", "auto": "auto (its pick)",
+          "auto-reproducible": "auto, reproducible"}
 DEFAULT_SIZES = "4K,64K,1M,4M,8M,64M,256M,512M,1G,8G"
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
