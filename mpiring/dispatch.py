@@ -299,11 +299,7 @@ class Dispatcher:
                 if not algorithms.get(graph).lazy or graph in self._made:
                     first = graph
         for name in (first, *(c for c in ("twoshot", "nccl", *candidates) if c != first)):
-            row = algorithms.get(name)
-            limit = row.max_bytes(gpu)
-            # Hot path: ask the GPU whether it is capturing only for a row that cannot be captured.
-            if ((limit is None or nbytes <= limit) and (row.graph_capturable or not gpu.capturing())
-                    and gpu.unavailable(row) is None):
+            if _takes(algorithms.get(name), gpu, nbytes):
                 return name
         return first
 
@@ -321,14 +317,19 @@ class Dispatcher:
                 "hier adds each node's partial sums, NCCL and the ring pass partial sums along): "
                 + ("use Allreduce and keep this rank's block, or " if collective is Collective.REDUCE_SCATTER
                    else "") + "pass host arrays (mpi-twoshot), or reproducible=False")
-        capturing = memory is Memory.CUDA and backend.capturing()
         for name in ((usual,) if usual in names else ()) + tuple(names):
-            row = algorithms.get(name)
-            limit = row.max_bytes(backend)
-            if ((limit is None or nbytes <= limit) and (row.graph_capturable or not capturing)
-                    and backend.unavailable(row) is None):
+            if _takes(algorithms.get(name), backend, nbytes):
                 return name
         return names[-1]  # _resolve raises what stops it
+
+
+def _takes(row: Algorithm, backend: Backend, nbytes: int) -> bool:
+    """Whether ``row`` can run a call of ``nbytes`` on ``backend`` now: within its size limit,
+    available, and capturable if a CUDA graph is being captured (asked only of a row that
+    cannot be captured: the hot path asks the GPU no more than it must)."""
+    limit = row.max_bytes(backend)
+    return ((limit is None or nbytes <= limit) and (row.graph_capturable or not backend.capturing())
+            and backend.unavailable(row) is None)
 
 
 def _then_average(run: Run, collective: Collective, ranks: int) -> Run:
