@@ -15,28 +15,13 @@ from pathlib import Path
 import cupy
 import pytest
 from gpu_helpers import WORLD, agree, gpu_nap, poison, rank_input, reference
+from trace_checks import span_problems
 
 import mpiring
 from mpiring import trace
-from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FULL
 
 RANK, SIZE = WORLD.rank, WORLD.size
 pytestmark = pytest.mark.mpi
-
-
-def span_problems(spans, label: str) -> list[str]:
-    if SIZE == 1:
-        return [] if not spans else [f"{label}: a ring of one has spans"]
-    sends = sorted(s.seq for s in spans if s.step == SEND)
-    problems = []
-    if not sends or sends != list(range(sends[0], sends[0] + len(sends))):
-        problems.append(f"{label}: send seqs {sends[:6]}... are not one run")
-    for step in (FOLD_STEP, WAIT_FULL):
-        if sorted(s.seq for s in spans if s.step == step) != sends:
-            problems.append(f"{label}: {step} seqs differ from the sends'")
-    if any(s.end < s.start or s.start < 0 for s in spans):
-        problems.append(f"{label}: a span ends before it starts, or before the call")
-    return problems
 
 
 @pytest.mark.parametrize("count", [4096, 3 << 20])
@@ -57,7 +42,7 @@ def test_traced_ring_calls_are_exact_and_span_every_transfer(count: int) -> None
         if len(timeline.calls) != len(outs):
             problems.append(f"{len(timeline.calls)} calls traced")
         for k, spans in enumerate(timeline.calls):
-            problems += span_problems(spans, f"call {k}")
+            problems += span_problems(spans, SIZE, f"call {k}")
         if SIZE > 1 and not timeline.summary().call > 0:
             problems.append(f"summary {timeline.summary()}")
     agree(not problems, "; ".join(problems[:5]))

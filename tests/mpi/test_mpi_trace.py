@@ -10,31 +10,15 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 from mpi_support import all_ok, check_result, gather_inputs, make_input
+from trace_checks import span_problems
 
 from mpiring import Communicator, trace
 from mpiring.errors import CommunicatorClosedError
 from mpiring.ops import Op
-from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FREE, WAIT_FULL, TracingTransport
+from mpiring.transports.tracing import SEND, TracingTransport
 
 world = MPI.COMM_WORLD
 LATE = 0.3  # seconds rank 0 starts late in the straggler test
-
-
-def span_problems(spans: list, label: str) -> list[str]:
-    """What is wrong with one call's spans on a ring of world.size ranks."""
-    if world.size == 1:
-        return [] if not spans else [f"{label}: a ring of one has spans {spans[:3]}"]
-    seqs = {step: [s.seq for s in spans if s.step == step]
-            for step in (SEND, FOLD_STEP, WAIT_FULL, WAIT_FREE)}
-    sends = sorted(seqs[SEND])
-    problems = []
-    if not sends or sends != list(range(sends[0], sends[0] + len(sends))):
-        problems.append(f"{label}: send seqs {sends} are not one run")
-    if sorted(seqs[FOLD_STEP]) != sends or sorted(seqs[WAIT_FULL]) != sends:
-        problems.append(f"{label}: fold / wait-full seqs differ from the sends'")
-    if any(s.end < s.start or s.start < 0 for s in spans):
-        problems.append(f"{label}: a span ends before it starts, or before the call")
-    return problems
 
 
 @pytest.mark.parametrize("count", [1, 1000, 40_000])
@@ -48,7 +32,7 @@ def test_traced_calls_are_exact_and_span_every_transfer(small_comm, count: int) 
             problems += check_result(out, gather_inputs(x), Op.SUM, f"count {count} seed {seed}")
     problems += [] if len(timeline.calls) == 3 else [f"{len(timeline.calls)} calls traced, not 3"]
     for k, spans in enumerate(timeline.calls):
-        problems += span_problems(spans, f"call {k}")
+        problems += span_problems(spans, world.size, f"call {k}")
     if world.size > 1:
         first, second = ([s.seq for s in spans if s.step == SEND] for spans in timeline.calls[:2])
         if min(second) != max(first) + 1:

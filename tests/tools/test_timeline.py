@@ -10,26 +10,11 @@ from pathlib import Path
 
 import pytest
 from mpi4py import MPI
+from trace_checks import span_problems
 
 from mpiring.bench.metadata import provenance
-from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FULL, Span
+from mpiring.transports.tracing import Span
 from tools import timeline
-
-
-def span_problems(spans: list[Span], ranks: int, label: str) -> list[str]:
-    """What is wrong with one call's spans on a ring of ``ranks`` ranks."""
-    if ranks == 1:
-        return [] if not spans else [f"{label}: a ring of one has spans {spans[:3]}"]
-    sends = sorted(s.seq for s in spans if s.step == SEND)
-    problems = []
-    if not sends or sends != list(range(sends[0], sends[0] + len(sends))):
-        problems.append(f"{label}: send seqs {sends} are not one run")
-    for step in (FOLD_STEP, WAIT_FULL):
-        if sorted(s.seq for s in spans if s.step == step) != sends:
-            problems.append(f"{label}: {step} seqs differ from the sends'")
-    if any(s.end < s.start or s.start < 0 for s in spans):
-        problems.append(f"{label}: a span ends before it starts, or before the call")
-    return problems
 
 
 def json_problems(path: Path, ranks: int, calls: int) -> list[str]:
