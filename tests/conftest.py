@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -63,3 +64,16 @@ def _empty_tuning_dir(tmp_path_factory: pytest.TempPathFactory):
     patch.setenv("MPIRING_TUNING_DIR", str(tmp_path_factory.mktemp("user-tuning")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def nvrtc() -> Any:
+    """NVRTC's Python bindings (the kernels' compile tests); skip without them, or fail where CI
+    requires them (``MPIRING_REQUIRE_NVRTC=1``)."""
+    try:
+        from cuda.bindings import nvrtc as module
+    except ImportError as exc:
+        if os.environ.get("MPIRING_REQUIRE_NVRTC") == "1":
+            pytest.fail(f"MPIRING_REQUIRE_NVRTC=1 but cuda.bindings.nvrtc cannot be imported: {exc}")
+        pytest.skip(f"cuda.bindings.nvrtc is not installed ({exc}); pip install -e '.[nvrtc]'")
+    return module

@@ -12,63 +12,13 @@ Without ``cuda.bindings.nvrtc`` these tests skip, unless ``MPIRING_REQUIRE_NVRTC
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
+from nvrtc_support import compile_source
 
 from mpiring.cuda import sources
 from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op
-
-ARCH = "sm_90"
-
-
-@pytest.fixture(scope="module")
-def nvrtc():
-    """NVRTC's Python bindings; skip without them, or fail where CI requires them."""
-    try:
-        from cuda.bindings import nvrtc as module
-    except ImportError as exc:
-        if os.environ.get("MPIRING_REQUIRE_NVRTC") == "1":
-            pytest.fail(f"MPIRING_REQUIRE_NVRTC=1 but cuda.bindings.nvrtc cannot be imported: {exc}")
-        pytest.skip(f"cuda.bindings.nvrtc is not installed ({exc}); pip install -e '.[nvrtc]'")
-    return module
-
-
-def _ok(nvrtc, result):
-    """The values of an NVRTC call's result tuple, raising on a failed status."""
-    status, *values = result
-    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"NVRTC call failed: {status}")
-    return values[0] if len(values) == 1 else values
-
-
-def compile_source(nvrtc, code: str, name: str, expressions: list[str]) -> tuple[bool, str, dict[str, str]]:
-    """Compile ``code`` as CuPy would (warnings as errors) with ``expressions`` added.
-
-    Returns (compiled, the compiler's log, each expression's lowered name when compiled).
-    """
-    prog = _ok(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), name.encode(), 0, [], []))
-    try:
-        for expr in expressions:
-            _ok(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-        # The options of CuPy's RawModule (ours, plus -ftz=true and
-        # --device-as-default-execution-space, which CuPy adds), every warning an error, and
-        # --split-compile=0 to optimize on every core (direct.cu has 48 instantiations).
-        options = [f"--gpu-architecture={ARCH}", *sources.OPTIONS, "-ftz=true",
-                   "--device-as-default-execution-space", "-Werror=all-warnings", "--split-compile=0"]
-        (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        size = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
-        _ok(nvrtc, nvrtc.nvrtcGetProgramLog(prog, log))
-        log_text = log.rstrip(b"\0 ").decode(errors="replace")
-        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            return False, log_text, {}
-        lowered = {expr: _ok(nvrtc, nvrtc.nvrtcGetLoweredName(prog, expr.encode())).decode()
-                   for expr in expressions}
-        return True, log_text, lowered
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
 
 
 def test_the_compilation_units_are_known() -> None:
