@@ -12,6 +12,10 @@ tests compare every element of every allowed row with it.
 Rows that reduce some other way (NCCL's trees and rings, the ring's partial sums passed from
 rank to rank, MPI's own algorithm, ``hier``'s node-then-rail sums) are left out of ``auto`` in
 this mode and refuse by name (:attr:`mpiring.algorithms.Algorithm.rank_ordered`).
+
+On GPUs the kernels run with float32 subnormals flushed to zero (CuPy compiles every kernel
+with ``-ftz=true``): for float32 and bfloat16 the rule there holds wherever no input or partial
+result is a float32 subnormal (docs/reproducible.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 // An element struct names its storage type S and its arithmetic type A, with ld (S -> A) and
 // st (A -> S). Half-precision types are widened to float, combined, and rounded once to
 // nearest-even, which is exactly what numpy (and ml_dtypes for bfloat16) do, so GPU and host
-// results agree bit for bit. No CUDA headers: conversions are PTX cvt or bit arithmetic.
+// results agree bit for bit, except that CuPy compiles with -ftz=true: float32 arithmetic
+// flushes subnormals to zero (docs/reproducible.md). No CUDA headers: conversions are PTX cvt
+// or bit arithmetic.
 //
 // Every row of mpiring.ops.DTYPES names its struct here (DType.cuda), every row of
 // mpiring.ops.OPS its functor (OpInfo.cuda); tests/test_cuda_sources.py instantiates them all.
