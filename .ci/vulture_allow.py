@@ -4,11 +4,11 @@ fails it; remove the code, or list it here with its reason."""
 # ruff: noqa: B018, F821 - a vulture allowlist is a list of bare names
 
 # -- public API: for users (and the tests that pin it), not called inside the library ----------
-replays_kept  # Communicator.replays_kept: how many call shapes replay (mpiring.replay)
+replays_kept  # Communicator.replays_kept: how many call shapes replay (mpiring.call.replay)
 rail_ranks  # Topology.rail_ranks: the ranks at one place of every node, as a user reads a topology
-supported_dtypes  # mpiring.ops: the element types this installation can reduce on the host
-markdown  # mpiring.settings.markdown: renders docs/settings.md's table (a test keeps them equal)
-READERS  # mpiring.settings: which code reads a variable (the docs' tables are grouped by it)
+supported_dtypes  # mpiring.core.ops: the element types this installation can reduce on the host
+markdown  # mpiring.core.settings.markdown: renders docs/settings.md's table (a test keeps them equal)
+READERS  # mpiring.core.settings: which code reads a variable (the docs' tables are grouped by it)
 load_error  # cuda.Probe.load_error: CuPy's import error, shown by `python -m mpiring` and the bench
 gpu_call  # RankMismatchError.gpu_call: the GPU-checked call count where ranks disagreed
 
@@ -16,7 +16,7 @@ gpu_call  # RankMismatchError.gpu_call: the GPU-checked call count where ranks d
 direct_flag  # StagingLayout.direct_flag: where a direct kernel's flag lies (test_layout vs csrc)
 max_chunk  # RingPlan.max_chunk: what one receive slot must hold (schedule tests check plans by it)
 depends_on  # Step.depends_on: the step a fold waits for (the schedule's ordering tests read it)
-tolerance  # mpiring.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
+tolerance  # mpiring.core.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
 
 # -- the benchmark -------------------------------------------------------------------------------
 NcclDirect, MpiDirect, NcclSymm, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)

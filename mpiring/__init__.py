@@ -9,10 +9,9 @@
 """
 
 from . import algorithms
-from ._logging import configure_logging
 from .algorithms import Algorithm, register
 from .communicator import Communicator
-from .errors import (
+from .core.errors import (
     CommunicatorClosedError,
     ConcurrentCallError,
     InvalidArgumentError,
@@ -24,9 +23,10 @@ from .errors import (
     SetupError,
     UnavailableError,
 )
-from .launch import warn_if_singleton
-from .ops import Op
-from .timeouts import TimeoutPolicy
+from .core.log import configure_logging
+from .core.ops import Op
+from .node.launch import warn_if_singleton
+from .node.timeouts import TimeoutPolicy
 
 __version__ = "0.2.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 __all__ = [

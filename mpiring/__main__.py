@@ -14,7 +14,7 @@ import sys
 from mpi4py import MPI
 
 from . import cuda
-from .launch import launcher_size
+from .node.launch import launcher_size
 
 
 def main() -> int:

@@ -1,12 +1,12 @@
 """``mpiring.Communicator``: the public API, in mpi4py's idiom.
 
-A communicator finds its ranks' nodes (``mpiring.groups``), allocates its staging memory once
+A communicator finds its ranks' nodes (``mpiring.node.groups``), allocates its staging memory once
 per node (the control board in node shared memory, and a GPU backend when there are GPUs),
 and then runs ``Allreduce``, ``Reduce_scatter_block`` and ``Allgather`` on host or GPU arrays
 with the algorithm asked for: a row of the table in ``mpiring.algorithms``.
 
 One call, in order: describe and check the buffers, resolve the algorithm (``auto`` -> a row;
-``mpiring.dispatch``); the agreement check (every rank learns whether any rank rejected its
+``mpiring.call.dispatch``); the agreement check (every rank learns whether any rank rejected its
 call or disagrees); the row's entry for the collective, on the backend of the buffers' memory.
 """
 
@@ -14,42 +14,42 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from mpi4py import MPI
 
 from . import algorithms
-from . import tuning as auto_tuning
-from .agreement import FIELDS
 from .algorithms import Collective
-from .backends.gpu_hier import INTERS
-from .backends.host import HostBackend
-from .buffers import Memory
-from .consensus import REJECTED
-from .control import ControlBoard
-from .cuda.streams import torch_stream
-from .dispatch import Dispatcher
-from .errors import (
+from .auto import tuning as auto_tuning
+from .call.agreement import FIELDS
+from .call.dispatch import Dispatcher
+from .call.options import Options, check_comm, empty_like
+from .call.replay import Key, Replay
+from .context.gpu_hier import INTERS
+from .core.buffers import Memory
+from .core.consensus import REJECTED
+from .core.errors import (
     CommunicatorClosedError,
     ConcurrentCallError,
     InvalidArgumentError,
     MpiringError,
     SetupError,
 )
-from .groups import Groups, duplicate, make_groups
-from .lifetime import collected, release, set_up
-from .options import Options, check_comm, empty_like
-from .pipeline import RingPipeline
-from .replay import Key, Replay, Replays
-from .setup_steps import settling
-from .signals import Watch
-from .topology import Topology
+from .core.topology import Topology
+from .cuda.streams import torch_stream
+from .lifetime import Resources
+from .node.control import ControlBoard
+from .node.groups import Groups, duplicate, make_groups
+from .node.setup_steps import settling
+from .node.signals import Watch
+from .ring.pipeline import RingPipeline
 
 if TYPE_CHECKING:
-    from .backends.gpu import GpuBackend
-    from .call_check import CallCheck
+    pass
 
 log = logging.getLogger(__name__)
 _CURRENT = contextlib.nullcontext()  # a CuPy call runs on CuPy's current stream: nothing to switch
@@ -83,24 +83,24 @@ class Communicator:
             ``MPIRING_CHECK`` (``gpu``, ``host``, ``1``, ``0``) sets the default.
         timeout: seconds any wait for a peer may go without progress, on the host or the GPU
             (default ``MPIRING_TIMEOUT`` or 300): a call that keeps moving never times out
-            (:mod:`mpiring.timeouts`); GPU failures surface in :meth:`synchronize` or the next call.
+            (:mod:`mpiring.node.timeouts`); GPU failures surface in :meth:`synchronize` or the next call.
         inter: the engine between nodes for GPU arrays: ``"nccl"``, ``"mpi"`` (a CUDA-aware MPI)
             or ``"auto"`` (default: NCCL where it is installed); host arrays always use MPI.
         sm_budget: the most SMs mpiring's own kernels hold at once per GPU (default
             ``MPIRING_SM_BUDGET``, else none; NCCL's are not bounded); the compute beside them
             should leave those SMs free (torch: ``torch._C._set_sm_carveout_experimental``).
-            auto prefers a table tuned under it (``mpiring.tune --sm-budget N``). Equal on every rank.
+            auto prefers a table tuned under it (``mpiring-tune --sm-budget N``). Equal on every rank.
         overlap: True when calls run beside compute: ``auto`` picks per size the smallest
-            makespan beside a GEMM (the tuning table's ``overlap`` entries: ``python -m
-            mpiring.tune --overlap``), not the fastest alone; without entries, as usual.
+            makespan beside a GEMM (the tuning table's ``overlap`` entries: ``mpiring-tune
+            --overlap``), not the fastest alone; without entries, as usual.
         reproducible: True: every element of an allreduce's or ``Reduce_scatter_block``'s
             result is the ranks' values reduced in rank order, accumulated in float32 for
-            2-byte floats and rounded once (:func:`mpiring.reproducible.reference`), whatever
+            2-byte floats and rounded once (:func:`mpiring.core.reproducible.reference`), whatever
             the size, placement, chunking or row: ``auto`` picks among the rows that reduce so
             (oneshot, twoshot, oneshot-ll on GPUs; mpi-twoshot on the host) and the others
             refuse by name. Default ``MPIRING_REPRODUCIBLE`` (off). Equal on every rank.
         replay: True (default): an eager GPU call of a shape seen before replays the launch
-            bound at its first call (:mod:`mpiring.replay`; same result, less host time).
+            bound at its first call (:mod:`mpiring.call.replay`; same result, less host time).
             False: every call takes the full path (a measurement aid, e.g. ``tools/enqueue.py``).
     """
 
@@ -115,8 +115,6 @@ class Communicator:
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
         self._watch = Watch()
-        self._replays = Replays(None)  # keyed on CuPy arrays once the GPU backend exists
-        self._check: CallCheck  # made by set_up, with the board
         base = MPI.COMM_WORLD if comm is None else comm
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
         rejected: InvalidArgumentError | None = None
@@ -135,25 +133,24 @@ class Communicator:
         self.comm = duplicate(base, self.timeout)  # bounded: names the ranks that never arrive, then dups
         self.rank, self.size = self.comm.rank, self.comm.size
         self.groups: Groups | None = None
-        self.board: ControlBoard | None = None
-        self._host: HostBackend | None = None
-        self._gpu: GpuBackend | None = None
+        self._held = Resources(self.comm, self.timeouts, self._watch, self._fail)
         try:
             with settling(self.comm, self.timeout) as steps:  # ends with every rank's go-ahead, or none
                 self.groups = groups = make_groups(self.comm, steps, settings)  # SetupError if they differ
-                host = set_up(self, groups, gpu, device, opts, inter, steps)
-                buses = self._gpu.node_buses if self._gpu is not None else None  # which table auto uses:
+                host = self._held.set_up(groups, gpu, device, opts, inter, steps)
+                gpu_context = self._held.gpu  # which table auto uses depends on its NVLink:
+                buses = gpu_context.node_buses if gpu_context is not None else None
                 self._tuning = auto_tuning.settle(self.comm, groups.topology, buses, given, steps,
                                                   opts.sm_budget)
                 self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
-                                            self._tuning.table, groups.topology, host, self._gpu,
+                                            self._tuning.table, groups.topology, host, self._held.gpu,
                                             opts.overlap, opts.reproducible)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
             # anything else peers may not have failed (or be gone): nothing waits for them.
             with contextlib.suppress(MpiringError):  # the set-up error is the one to report
-                release(self, peers_failed_too=isinstance(err, SetupError))
+                self._held.release(self.groups, True, peers_failed_too=isinstance(err, SetupError))
             if rejected is not None:  # this rank's own error says more than the set-up error
                 raise rejected from None
             raise
@@ -167,7 +164,7 @@ class Communicator:
 
     @property
     def topology(self) -> Topology:
-        """Where the ranks are: nodes, places, rails (:class:`mpiring.topology.Topology`)."""
+        """Where the ranks are: nodes, places, rails (:class:`mpiring.core.topology.Topology`)."""
         return self._dispatch.topology
 
     @property
@@ -181,8 +178,8 @@ class Communicator:
         """Refuse further use, and tell the peers (the control board; other nodes: a notice) so
         they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
-        if self.board is not None and not self._closed:
-            self.board.mark_failed(self._failed, cause=err)
+        if self._held.board is not None and not self._closed:
+            self._held.board.mark_failed(self._failed, cause=err)
 
     def _usable(self) -> None:
         if self._failed:
@@ -190,11 +187,11 @@ class Communicator:
                                           "refuses further use: close it and create a new one")
         if self._closed:
             raise CommunicatorClosedError("this communicator is closed")
-        gpu_error = self._gpu.failure() if self._gpu is not None else None
+        gpu_error = self._held.gpu.failure() if self._held.gpu is not None else None
         if gpu_error is not None:  # found by the watchdog or a kernel since the last call
             self._fail(gpu_error)
             raise gpu_error
-        err = cast(ControlBoard, self.board).peer_error(self.rank)
+        err = cast(ControlBoard, self._held.board).peer_error(self.rank)
         if err is not None:
             self._fail(err)
             raise err
@@ -209,14 +206,14 @@ class Communicator:
             raise self._busy("synchronize()")
         try:
             self._usable()
-            if self._gpu is not None:
+            if self._held.gpu is not None:
                 try:
-                    self._gpu.synchronize()
+                    self._held.gpu.synchronize()
                 except MpiringError as err:
                     self._fail(err)
                     raise
             self._usable()
-            self._check.after()
+            self._held.check.after()
         finally:
             self._lock.release()
 
@@ -232,24 +229,24 @@ class Communicator:
 
     @property
     def replays_kept(self) -> int:
-        """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.replay`):
+        """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.call.replay`):
         0 on host arrays and with ``replay=False``."""
-        return len(self._replays)
+        return len(self._held.replays)
 
     @property
     def gpu(self) -> bool:
         """Whether this communicator reduces GPU arrays."""
-        return self._gpu is not None
+        return self._held.gpu is not None
 
     @property
     def sm_budget(self) -> int | None:
         """The most SMs this rank's mpiring kernels hold at once (at most the GPU's), or None."""
-        return None if self._gpu is None else self._gpu.sm_budget
+        return None if self._held.gpu is None else self._held.gpu.sm_budget
 
     @property
     def device(self) -> int | None:
         """The CUDA device of this rank, or None without GPUs."""
-        return None if self._gpu is None else self._gpu.device_id
+        return None if self._held.gpu is None else self._held.gpu.device_id
 
     # -- the collectives ---------------------------------------------------------------
 
@@ -285,14 +282,14 @@ class Communicator:
         if not self._lock.acquire(False):
             raise self._busy(collective.label)
         try:
-            replays = self._replays
+            replays = self._held.replays
             key = replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
             replay = replays.get(key)
             # A torch tensor: order the call on torch's current stream (mpiring.cuda.streams).
-            stream = (torch_stream(recvbuf) if self._gpu is not None
+            stream = (torch_stream(recvbuf) if self._held.gpu is not None
                       and type(recvbuf) is not replays.array_type else None)
             with stream if stream is not None else _CURRENT:
-                if replay is not None and self._replay(replay):  # a shape seen before (mpiring.replay)
+                if replay is not None and self._replay(replay):  # a shape seen before (mpiring.call.replay)
                     return
                 self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
         finally:
@@ -305,13 +302,13 @@ class Communicator:
             return False
         self._usable()
         if replay.line is not None:  # the check's post (one node, the row checks on the GPU)
-            self._check.post(replay.line)
+            self._held.check.post(replay.line)
         try:
             replay.enqueue()
         except BaseException as err:  # as in _run: peers' sequence numbers no longer match
             self._fail(err)
             raise
-        self._check.after()
+        self._held.check.after()
         return True
 
     def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
@@ -327,7 +324,7 @@ class Communicator:
         gpu_check = rejected is None and prepared.row.gpu_check
         checked = self.check and self.size > 1  # one rank has no one to disagree with
         if checked:
-            self._check.before(rejected is not None, values, gpu_check)
+            self._held.check.before(rejected is not None, values, gpu_check)
         if rejected is not None:
             raise rejected
         call = prepared.call
@@ -338,10 +335,10 @@ class Communicator:
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
             self._fail(err)
             raise
-        if key is not None:  # later calls of this shape may replay it (mpiring.replay)
-            host_checked = checked and not self._check.posts(gpu_check)
-            self._replays.keep(key, collective, prepared, checked, host_checked)
-        self._check.after()  # after this call is enqueued: what the GPU check found earlier
+        if key is not None:  # later calls of this shape may replay it (mpiring.call.replay)
+            host_checked = checked and not self._held.check.posts(gpu_check)
+            self._held.replays.keep(key, collective, prepared, checked, host_checked)
+        self._held.check.after()  # after this call is enqueued: what the GPU check found earlier
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
                   batches: int | None = None) -> Any:
@@ -354,7 +351,7 @@ class Communicator:
                 out = empty_like(x)
             except Exception:
                 if self.check and self.size > 1:  # reject on every rank, as Allreduce does
-                    self._check.reject()
+                    self._held.check.reject()
                 raise
             self._run(Collective.ALLREDUCE, x, out, op, algorithm, batches)
             return out
@@ -410,12 +407,23 @@ class Communicator:
             raise self._busy("close()")
         try:
             self._closed = True
-            release(self)  # frees what set-up made (mpiring.lifetime)
+            self._held.release(self.groups, self._failed is not None)  # mpiring.lifetime
         finally:
             self._lock.release()
 
     def __del__(self) -> None:
-        collected(self)  # warns (ResourceWarning); frees only a failed one (mpiring.lifetime)
+        """Garbage-collected without close(): warn. Freeing is collective (peers may not drop
+        theirs at the same point): a healthy communicator's memory and MPI handles stay until
+        MPI_Finalize; a failed one is released at once (that never waits for peers)."""
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return
+        warnings.warn(f"{self!r} was garbage-collected without close(): its shared memory and MPI "
+                      "communicators stay allocated until MPI_Finalize; close it (or use 'with')",
+                      ResourceWarning, stacklevel=2)
+        if self._failed is not None:
+            self._closed = True
+            with contextlib.suppress(Exception):
+                self._held.release(self.groups, True)
 
     def __enter__(self) -> Communicator:
         return self

@@ -7,7 +7,7 @@ Reference semantics, as plain code::
     timeline.calls[0]     # [Span(queue="copy", step="send", seq=3, start=..., end=...), ...]
     timeline.summary()    # medians over the calls: the call, the copies, the folds, the waits
 
-A span is one step of one ring call on one queue (:mod:`mpiring.transports.tracing`): on the
+A span is one step of one ring call on one queue (:mod:`mpiring.ring.transports.tracing`): on the
 copy queue the wait for the next rank's "free" and the copy into its slot, on the fold queue
 the wait for this rank's slot to be "full" and the fold (which, on a GPU, includes any wait for
 SMs to run it). The block traces the ring pipeline of the communicator's GPU path (its host
@@ -28,8 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CommunicatorClosedError
-from .transports.tracing import (
+from .core.errors import CommunicatorClosedError
+from .ring.transports.tracing import (
     FOLD_STEP,
     SEND,
     WAIT_FREE,

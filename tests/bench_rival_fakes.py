@@ -65,7 +65,7 @@ class MpiRival(Rival):
         return "fakelib 1.0"
 
     def prepare(self, bufs: Any, in_place: bool) -> Any:
-        from mpiring.errors import InvalidArgumentError
+        from mpiring.core.errors import InvalidArgumentError
 
         count = int(bufs.count)
         if count < self.refuse_below:
@@ -169,7 +169,7 @@ def fake_cupy(available: bool = True, version: int | None = 22703,
 
     cupy, cuda, nccl = _module("cupy"), _module("cupy.cuda"), _module("cupy.cuda.nccl")
     cupy.__version__ = "0.0.0+fake"
-    cupy.ndarray = type("ndarray", (), {})  # what mpiring.buffers compares types with
+    cupy.ndarray = type("ndarray", (), {})  # what mpiring.core.buffers compares types with
     cupy.cuda = cuda
     cuda.nccl = nccl
     cuda.get_current_stream = lambda: types.SimpleNamespace(ptr=STREAM)

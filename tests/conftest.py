@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True, scope="session")
 def _empty_tuning_dir(tmp_path_factory: pytest.TempPathFactory):
-    """auto's per-user tables (mpiring.tuning) come from an empty directory of the test run's
+    """auto's per-user tables (mpiring.auto.tuning) come from an empty directory of the test run's
     own: tables tuned into ~/.cache on this machine must not change what the tests see, nor may
     a test write there. Tests that need a user table set MPIRING_TUNING_DIR themselves."""
     patch = pytest.MonkeyPatch()

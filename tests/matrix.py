@@ -9,8 +9,8 @@ import numpy as np
 
 from mpiring import algorithms
 from mpiring.algorithms import Collective
-from mpiring.buffers import Memory
-from mpiring.ops import DTYPES, REDUCTIONS, Op
+from mpiring.core.buffers import Memory
+from mpiring.core.ops import DTYPES, REDUCTIONS, Op
 
 # The reductions with a fold of their own; avg (sum, then / n) has its own tests (test_*_avg.py).
 OPS: list[Op] = list(REDUCTIONS)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiring.agreement import FIELDS, AgreementCheck
-from mpiring.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
-from mpiring.setup_steps import all_ranks, join
-from mpiring.signals import COUNTER_STRIDE, NUM_COUNTERS
+from mpiring.call.agreement import FIELDS, AgreementCheck
+from mpiring.core.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchError
+from mpiring.node.setup_steps import all_ranks, join
+from mpiring.node.signals import COUNTER_STRIDE, NUM_COUNTERS
 
 GOOD = {"count": 1000, "dtype": 2, "op": 1, "algorithm": 1, "batches": 0, "memory": 0, "collective": 1,
         "block": 0, "in_place": 0}

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring.algorithms import auto as tuning
 from mpiring.algorithms import auto_candidates, get
-from mpiring.errors import InvalidArgumentError
-from mpiring.machine import MachineKey
+from mpiring.auto import table as tuning
+from mpiring.auto.machine import MachineKey
+from mpiring.core.errors import InvalidArgumentError
 
 
 def table(rows: dict) -> tuning.TuningTable:
@@ -114,21 +115,22 @@ class _FakeGpu:
     """What auto asks a GPU backend: the one-shot limit, and (counted) whether it is capturing."""
 
     def __init__(self, capturing: bool, oneshot_limit: int = 1 << 20) -> None:
-        self._capturing, self.oneshot_limit, self.asked = capturing, oneshot_limit, 0
+        self._capturing, self.asked = capturing, 0
+        self.direct = SimpleNamespace(oneshot_limit=oneshot_limit, ll_limit=64 << 10)
 
     def capturing(self) -> bool:
         self.asked += 1
         return self._capturing
 
-    def unavailable(self, row) -> str | None:
+    def nccl_unavailable(self) -> str | None:
         return None
 
 
 def _auto(gpu: _FakeGpu, nbytes: int, rows: dict, nodes: int = 1) -> str:
     from mpiring.algorithms import Collective
-    from mpiring.buffers import Memory
-    from mpiring.dispatch import Dispatcher
-    from mpiring.topology import from_node_keys
+    from mpiring.call.dispatch import Dispatcher
+    from mpiring.core.buffers import Memory
+    from mpiring.core.topology import from_node_keys
 
     topo = from_node_keys([n for n in range(nodes) for _ in range(2)])  # two ranks per node
     dispatch = Dispatcher("auto", None, None, table(rows), topo, host=None, gpu=gpu)
@@ -394,3 +396,20 @@ def test_a_bad_recorded_sm_budget_is_refused(runs: object, message: str) -> None
     """Auto looks tables up by their budget: a typo must not pass as "measured without one"."""
     with pytest.raises(InvalidArgumentError, match=re.escape(message)):
         tuning.parse(_with_runs(runs), "t.json")
+
+
+def test_every_fallback_is_a_row_that_serves_what_it_is_named_for() -> None:
+    """auto's fallbacks (mpiring.auto.fallbacks) name rows of the table; the flat rows across
+    nodes serve the memory they stand for and run across nodes."""
+    from mpiring import algorithms
+    from mpiring.auto import fallbacks
+    from mpiring.core.buffers import Memory as Mem
+
+    names = set(algorithms.names())
+    assert set(fallbacks.names()) <= names, set(fallbacks.names()) - names
+    for memory, name in fallbacks.ACROSS_NODES_OTHER.items():
+        row = algorithms.get(name)
+        assert row.serves(memory) and row.runs_on(2)
+    assert algorithms.get(fallbacks.ACROSS_NODES).runs_on(2)
+    assert algorithms.get(fallbacks.WHILE_CAPTURING).graph_capturable
+    assert all(algorithms.get(n).serves(Mem.CUDA) for n in (*fallbacks.ONE_RANK, *fallbacks.THEN))

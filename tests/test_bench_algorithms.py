@@ -18,7 +18,7 @@ from mpiring.bench.algorithms import (
     runnable,
 )
 from mpiring.bench.cli import parse_args
-from mpiring.buffers import Memory
+from mpiring.core.buffers import Memory
 
 RIVALS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
 DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls without mpiring

@@ -17,7 +17,7 @@ from mpiring.bench.data import (
     resolve_dtype,
     value_rule,
 )
-from mpiring.ops import normalize_op
+from mpiring.core.ops import normalize_op
 
 OPS = ["sum", "prod", "max", "min"]
 

@@ -34,7 +34,7 @@ from mpiring.bench.measure import PointMeasurer, TimingPolicy
 from mpiring.bench.rivals.base import RivalContext
 from mpiring.bench.rivals.direct_calls import MpiDirect, NcclDirect, nccl_codes, nccl_version
 from mpiring.bench.rivals.runtime import RivalSet
-from mpiring.errors import InvalidArgumentError
+from mpiring.core.errors import InvalidArgumentError
 
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
 AR, RS, AG = "allreduce", "reduce_scatter", "allgather"

@@ -24,7 +24,7 @@ from mpiring.bench.command import InterruptGuard, interrupt_status
 from mpiring.bench.measure import Outcome
 from mpiring.bench.results import FIELDS, Row, read_csv_counted, read_jsonl
 from mpiring.bench.stats import Stats
-from mpiring.install import pip_install
+from mpiring.core.install import pip_install
 
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
 

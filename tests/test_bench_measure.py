@@ -14,14 +14,7 @@ from mpi4py import MPI
 import mpiring
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
-from mpiring.bench.measure import (
-    Point,
-    PointMeasurer,
-    SizeBuffers,
-    StageFailed,
-    TimingPolicy,
-    agree,
-)
+from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, StageFailed, TimingPolicy, agree
 
 COUNT = 1000
 

@@ -18,7 +18,7 @@ import mpiring
 from mpiring import cuda
 from mpiring.bench import mode
 from mpiring.bench.mode import Mode, ModeError, RankProbe, check_algorithms, decide
-from mpiring.install import pip_install
+from mpiring.core.install import pip_install
 
 LIBCUDART = "libcudart.so.12: cannot open shared object file: No such file or directory"
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
@@ -187,7 +187,7 @@ def test_the_bench_refuses_instead_of_benchmarking_the_host(monkeypatch, tmp_pat
 @serial
 def test_tune_falls_back_to_the_host_without_gpus(monkeypatch, tmp_path, capsys):
     """Its help promises the host transport on a machine without GPUs: no --host needed."""
-    from mpiring.algorithms.auto import load
+    from mpiring.auto.table import load
     from mpiring.bench import tune
 
     monkeypatch.setattr(mode, "probe_this_rank", lambda: NO_GPU)

@@ -9,13 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring.bench.nccl_format import (
-    NcclTestsTable,
-    fixed,
-    footer_lines,
-    header_lines,
-    result_line,
-)
+from mpiring.bench.nccl_format import NcclTestsTable, fixed, footer_lines, header_lines, result_line
 from mpiring.bench.nccl_names import nccl_type, op_name, type_name
 from mpiring.bench.results import Row
 

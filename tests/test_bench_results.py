@@ -7,15 +7,7 @@ import json
 
 import pytest
 
-from mpiring.bench.results import (
-    FIELDS,
-    MAKESPAN_COLUMNS,
-    Row,
-    read_csv,
-    read_json,
-    write_csv,
-    write_json,
-)
+from mpiring.bench.results import FIELDS, MAKESPAN_COLUMNS, Row, read_csv, read_json, write_csv, write_json
 
 
 def sample_rows() -> list[Row]:

@@ -29,7 +29,7 @@ from mpiring.bench.rivals.torch_nccl import TorchAllReduce
 from mpiring.bench.rivals.torch_session import store_address
 from mpiring.bench.rivals.torch_symm import PLANS, TorchSymm, plan
 from mpiring.bench.stats import Stats
-from mpiring.install import pip_install
+from mpiring.core.install import pip_install
 
 REAL = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
 DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls, made directly

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpiring.buffers import Buffer, Memory, check_pair, describe, is_contiguous
-from mpiring.errors import InvalidArgumentError
+from mpiring.core.buffers import Buffer, Memory, check_pair, describe, is_contiguous
+from mpiring.core.errors import InvalidArgumentError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 SUPPORTED = [np.dtype(d) for d in ("float16", "float32", "float64", "int32", "int64")] + [BF16]
@@ -552,8 +552,8 @@ def test_torch_cpu_bfloat16_is_described_through_ml_dtypes() -> None:
     """Issue 17, item 5: a CPU bfloat16 tensor (torch's .numpy() refuses it) is read as
     ml_dtypes' bfloat16 over the same memory."""
     torch = pytest.importorskip("torch")
-    from mpiring.buffers import describe
-    from mpiring.ops import bfloat16_dtype
+    from mpiring.core.buffers import describe
+    from mpiring.core.ops import bfloat16_dtype
 
     t = torch.arange(6, dtype=torch.bfloat16)
     buf = describe(t, "sendbuf")
@@ -563,7 +563,7 @@ def test_torch_cpu_bfloat16_is_described_through_ml_dtypes() -> None:
 
 def test_np_matrix_is_described_as_a_flat_array() -> None:
     """Issue 17, item 5: np.matrix goes through np.asarray (its flat view stays 2-D otherwise)."""
-    from mpiring.buffers import describe
+    from mpiring.core.buffers import describe
 
     m = np.matrix(np.arange(6.0).reshape(2, 3))
     buf = describe(m, "recvbuf")

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring.consensus import REJECTED, check_setup, disagreements, ranks_text
-from mpiring.errors import SetupError
+from mpiring.core.consensus import REJECTED, check_setup, disagreements, ranks_text
+from mpiring.core.errors import SetupError
 
 
 def test_the_issue_example_reads_as_promised() -> None:

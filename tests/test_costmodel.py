@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring.costmodel import (
+from mpiring.auto.costmodel import (
     NIC_400G,
     Cluster,
     Link,

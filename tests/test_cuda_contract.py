@@ -85,10 +85,10 @@ def test_status_constants_match() -> None:
 
 
 def test_the_descriptor_layout_matches_agree_cuh() -> None:
-    """agree.cuh reads the algorithm, kind and itemsize fields of mpiring.descriptor's word 1 at
+    """agree.cuh reads the algorithm, kind and itemsize fields of mpiring.core.descriptor's word 1 at
     the same bits, knows the same notice kinds, and spells oneshot-ll's code as the row has it."""
-    from mpiring import descriptor
     from mpiring.algorithms import get
+    from mpiring.core import descriptor
 
     agree = sources.read("agree.cuh")
     defined = _defines(agree)
@@ -109,7 +109,7 @@ def test_the_descriptor_layout_matches_agree_cuh() -> None:
 def test_agree_cuh_spells_out_word_1_as_the_descriptor_packs_it() -> None:
     """agree.cuh's "word 1:" line lists descriptor.WORD1 field by field (name, first bit, bits);
     tests/test_status.py checks that the fields fill the word without overlapping."""
-    from mpiring import descriptor
+    from mpiring.core import descriptor
 
     line = re.search(r"^// word 1: (.+)$", sources.read("agree.cuh"), re.M)
     assert line is not None
@@ -121,7 +121,7 @@ def test_agree_cuh_spells_out_word_1_as_the_descriptor_packs_it() -> None:
 def test_the_descriptor_tells_blocks_and_placements_apart() -> None:
     """Two ranks' Reduce_scatter_block calls that differ only in their block or placement (equal
     recvbuf counts) pack to different words: the kernels, which compare whole words, see it."""
-    from mpiring import descriptor
+    from mpiring.core import descriptor
 
     base = {"count": 1200, "dtype": 2, "op": 1, "algorithm": 1, "collective": 2, "memory": 1}
     in_place = descriptor.pack(dict(base, in_place=1, block=400), 4)

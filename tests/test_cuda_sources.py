@@ -17,8 +17,8 @@ import re
 import pytest
 from nvrtc_support import compile_source
 
+from mpiring.core.ops import DTYPES, OPS, REDUCTIONS, Op
 from mpiring.cuda import sources
-from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op
 
 
 def test_the_compilation_units_are_known() -> None:

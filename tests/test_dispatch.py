@@ -1,8 +1,9 @@
-"""mpiring.dispatch: which row a call runs, the memo of those answers, and the block rules."""
+"""mpiring.call.dispatch: which row a call runs, the memo of those answers, and the block rules."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,22 +11,22 @@ from mpi4py import MPI
 
 from mpiring import algorithms
 from mpiring.algorithms import Collective
-from mpiring.algorithms import auto as auto_table
-from mpiring.buffers import Memory
-from mpiring.dispatch import Dispatcher
-from mpiring.errors import InvalidArgumentError
-from mpiring.ops import Op
-from mpiring.topology import from_node_keys
+from mpiring.auto import table as auto_table
+from mpiring.call.dispatch import Dispatcher
+from mpiring.core.buffers import Memory
+from mpiring.core.errors import InvalidArgumentError
+from mpiring.core.ops import Op
+from mpiring.core.topology import from_node_keys
 
 
 class FakeGpu:
     memory = Memory.CUDA
-    oneshot_limit = 1 << 20
+    direct = SimpleNamespace(oneshot_limit=1 << 20, ll_limit=64 << 10)  # the kernels' limits
 
     def __init__(self) -> None:
         self.capture, self.asked = False, 0
 
-    def unavailable(self, row) -> str | None:
+    def nccl_unavailable(self) -> str | None:
         return None
 
     def capturing(self) -> bool:
@@ -90,7 +91,7 @@ class FakeHost:
     def check_buffer(self, buf, role) -> None:
         pass
 
-    def unavailable(self, row) -> str | None:
+    def nccl_unavailable(self) -> str | None:
         return None
 
     def capturing(self) -> bool:
@@ -157,7 +158,7 @@ def test_a_choice_made_while_capturing_is_not_kept_for_eager_calls(collective: C
 def test_one_rank_allreduce_is_a_kernel_copy_then_nccls() -> None:
     """One rank on a GPU: auto runs two-shot (one launch) up to 4 MiB and NCCL above, eager or
     while capturing (both can be captured); the ring is no longer auto's pick there."""
-    from mpiring.dispatch import ONE_RANK_KERNEL_BYTES
+    from mpiring.auto.fallbacks import ONE_RANK_BYTES as ONE_RANK_KERNEL_BYTES
 
     gpu = FakeGpu()
     d = Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0]), host=None, gpu=gpu)
@@ -250,7 +251,7 @@ def test_a_plan_keeps_no_reference_to_the_buffers() -> None:
 
 
 def test_plans_are_bounded_and_an_unhashable_algorithm_is_named() -> None:
-    from mpiring.dispatch import MEMO_ENTRIES
+    from mpiring.call.dispatch import MEMO_ENTRIES
 
     d = host_dispatcher(CountingHost())
     pool = np.zeros(MEMO_ENTRIES + 8, np.float32)
@@ -269,13 +270,13 @@ def test_a_cached_plan_still_refuses_a_ring_once_a_capture_began() -> None:
     d = dispatcher(gpu)
     buf = np.zeros(8, np.float32)
     # Describe a host array as if it were device memory: the dispatcher only reads the description.
-    from mpiring import buffers
+    from mpiring.core import buffers
 
     desc = buffers.describe(buf, "recvbuf")
     fake = buffers.Buffer(Memory.CUDA, desc.address, desc.count, desc.dtype, False, None, buf)
     original = buffers.describe
     try:
-        import mpiring.dispatch as dispatch_module
+        import mpiring.call.dispatch as dispatch_module
 
         dispatch_module.describe = lambda obj, role: fake
         gpu.check_buffer = lambda b, role: None
@@ -356,8 +357,8 @@ def prepare_on_gpu(d: Dispatcher, gpu: FakeGpu, nbytes: int, capture: bool,
                    monkeypatch: pytest.MonkeyPatch) -> str:
     """The row prepare() gives an in-place allreduce of ``nbytes`` of GPU memory (a host array
     described as device memory: the dispatcher only reads the description)."""
-    import mpiring.dispatch as dispatch_module
-    from mpiring import buffers
+    import mpiring.call.dispatch as dispatch_module
+    from mpiring.core import buffers
 
     buf = _SMALL  # one address for every call: a plan per size; the count says the size
     desc = buffers.describe(buf, "recvbuf")

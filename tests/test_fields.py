@@ -1,13 +1,13 @@
-"""The fields of a call that the agreement check compares (``mpiring.fields``): what they are,
+"""The fields of a call that the agreement check compares (``mpiring.core.fields``): what they are,
 how each reads in an error, and that a descriptor of them fits where it travels."""
 
 from __future__ import annotations
 
 import pytest
 
-from mpiring import descriptor
-from mpiring.fields import FIELDS, SAME, describe_field
-from mpiring.signals import AGREE, AGREE_LINES, COUNTER_STRIDE, NUM_COUNTERS
+from mpiring.core import descriptor
+from mpiring.core.fields import FIELDS, SAME, describe_field
+from mpiring.node.signals import AGREE, AGREE_LINES, COUNTER_STRIDE, NUM_COUNTERS
 
 
 def test_the_block_and_the_placement_are_compared() -> None:
@@ -37,6 +37,6 @@ def test_a_descriptor_fits_its_board_lines() -> None:
 
 def test_the_gpu_descriptor_carries_every_field_or_implies_it() -> None:
     """Word 0 is the count, word 1 packs the others (batches saturated), but for the block,
-    which count, collective and in_place imply (mpiring.descriptor)."""
+    which count, collective and in_place imply (mpiring.core.descriptor)."""
     packed = {"count"} | {name for name, _, _ in descriptor.WORD1}
     assert set(FIELDS) - packed == {"block"}

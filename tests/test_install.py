@@ -15,8 +15,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from mpiring import install
-from mpiring.install import pip_install
+from mpiring.core import install
+from mpiring.core.install import pip_install
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
@@ -71,7 +71,7 @@ def test_the_docs_name_only_existing_extras_and_never_the_index() -> None:
 
 
 def test_no_hint_is_written_by_hand() -> None:
-    """mpiring's own modules build every pip command with mpiring.install.pip_install."""
+    """mpiring's own modules build every pip command with mpiring.core.install.pip_install."""
     hand = [f"{p.relative_to(ROOT)}: {line.strip()}"
             for p in sorted((ROOT / "mpiring").rglob("*.py")) if p.name != "install.py"
             for line in p.read_text(encoding="utf-8").splitlines()

@@ -1,4 +1,4 @@
-"""mpiring.launch: a process alone in MPI.COMM_WORLD while its launcher started several is
+"""mpiring.node.launch: a process alone in MPI.COMM_WORLD while its launcher started several is
 told why (mpi4py loaded an MPI that is not the launcher's)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import warnings
 import pytest
 from mpi4py import MPI
 
-from mpiring import launch
+from mpiring.node import launch
 
 
 @pytest.mark.parametrize(("env", "found"), [

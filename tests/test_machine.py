@@ -1,4 +1,4 @@
-"""mpiring.machine: the node's key (GPU model, ranks, link) from every GPU of the node, through a
+"""mpiring.auto.machine: the node's key (GPU model, ranks, link) from every GPU of the node, through a
 probe that tests replace; the NVML and CUDA-driver probes against fake libraries; and the real
 detection on this machine (no GPU library answers here: "unknown", never an exception)."""
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring import machine
-from mpiring.machine import NONE, NVLINK, PCIE, UNKNOWN, MachineKey
+from mpiring.auto import machine
+from mpiring.auto.machine import NONE, NVLINK, PCIE, UNKNOWN, MachineKey
 
 BUSES = ("0000:07:00.0", "0000:0a:00.0", "0000:47:00.0", "0000:4e:00.0")
 

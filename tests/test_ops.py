@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi4py import MPI
 
-from mpiring.errors import InvalidArgumentError
-from mpiring.ops import (
+from mpiring.core.errors import InvalidArgumentError
+from mpiring.core.ops import (
     REDUCTIONS,
     Op,
     bfloat16_dtype,

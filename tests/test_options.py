@@ -1,4 +1,4 @@
-"""mpiring.options: the communicator's arguments and MPIRING_* variables, checked once at
+"""mpiring.call.options: the communicator's arguments and MPIRING_* variables, checked once at
 set-up; here the SM budget and the overlap setting (the others are tested through the API)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpiring.errors import InvalidArgumentError
-from mpiring.options import Options, check_sm_budget
+from mpiring.call.options import Options, check_sm_budget
+from mpiring.core.errors import InvalidArgumentError
 
 
 @pytest.mark.parametrize("given, want", [(None, None), (1, 1), (16, 16), (np.int64(24), 24),
@@ -34,7 +34,7 @@ def test_the_budget_comes_from_the_argument_else_the_environment(monkeypatch) ->
 
 
 def test_every_rank_must_share_the_budget_and_the_overlap_setting(monkeypatch) -> None:
-    """Both are set-up values: ranks that differ get a SetupError (mpiring.consensus)."""
+    """Both are set-up values: ranks that differ get a SetupError (mpiring.core.consensus)."""
     monkeypatch.delenv("MPIRING_SM_BUDGET", raising=False)
     values = Options.resolve("auto", None, None, None, sm_budget=12, overlap=True).setup_values("auto")
     assert values["sm_budget"] == 12 and values["overlap"] is True

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpiring.ops import Op
-from mpiring.pipeline import RingPipeline
-from mpiring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, Source, issue_order
-from mpiring.transports.base import CallBuffers, RingTransport
+from mpiring.core.ops import Op
+from mpiring.ring.pipeline import RingPipeline
+from mpiring.ring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, Source, issue_order
+from mpiring.ring.transports.base import CallBuffers, RingTransport
 
 
 class RecordingTransport(RingTransport):

@@ -1,4 +1,4 @@
-"""mpiring.replay: the key of a call is its whole shape (every field that the full path decides
+"""mpiring.call.replay: the key of a call is its whole shape (every field that the full path decides
 on), calls of other argument types have none, the table is bounded, and a replay is kept only
 for calls that need nothing but their launch (and the check's post)."""
 
@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from mpi4py import MPI
 
 from mpiring import algorithms
-from mpiring.agreement import FIELDS, AgreementCheck
 from mpiring.algorithms import Collective
-from mpiring.ops import Op
-from mpiring.replay import Replay, Replays
+from mpiring.call.agreement import FIELDS, AgreementCheck
+from mpiring.call.replay import Replay, Replays
+from mpiring.core.ops import Op
 
 
 class FakeArray:
@@ -119,9 +119,11 @@ def _prepared(bind=True, wrapped=False, count=8, capturing=False, row_name="ones
     runs = []
     if not bind:
         row = algorithms.Algorithm("unbound", 4343, algorithms.GPU, row.run, summary="-", best_for="-")
-    backend = SimpleNamespace(capturing=lambda: capturing,
-                              bind_direct=lambda kind, call: lambda: runs.append((kind, call)))
-    call = SimpleNamespace(recv=SimpleNamespace(count=count))
+    call = SimpleNamespace(recv=SimpleNamespace(count=count, address=0x2000, dtype="f4"),
+                           send=None, source=SimpleNamespace(address=0x1000), op="sum", desc=(1, 2))
+    direct = SimpleNamespace(bind=lambda kind, *args: lambda stream: runs.append((kind, args, stream)))
+    backend = SimpleNamespace(capturing=lambda: capturing, direct=direct,
+                              ordered_stream=lambda: SimpleNamespace(ptr=77))
     run = (lambda b, c: None) if wrapped else row.run
     values = {field: i + count for i, field in enumerate(FIELDS)}
     return SimpleNamespace(row=row, run=run, backend=backend, call=call, values=values,
@@ -141,7 +143,8 @@ def test_only_calls_that_need_nothing_but_their_launch_are_kept(case, kept) -> N
     assert (r.get(("k",)) is not None) is kept
     if kept:
         r.get(("k",)).enqueue()
-        assert runs == [("oneshot", prepared.call)]  # the row's bind, on the call it ran
+        # the row's bind, on the call it ran, enqueued on the caller's ordered stream
+        assert runs == [("oneshot", (0x1000, 0x2000, prepared.call.recv.count, "f4", "sum", (1, 2)), 77)]
 
 
 @pytest.mark.parametrize("row_name", ["oneshot", "twoshot", "oneshot-ll"])

@@ -1,6 +1,6 @@
-"""mpiring.reproducible and reproducible=True's choices: the reference rule on cases where rank
+"""mpiring.core.reproducible and reproducible=True's choices: the reference rule on cases where rank
 order and one rounding decide the bits, the docs' code equal to the library's, which rows auto
-picks and which refuse (mpiring.dispatch), and the option's parsing."""
+picks and which refuse (mpiring.call.dispatch), and the option's parsing."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_dispatch import FakeGpu
 
-from mpiring import algorithms, reproducible
+from mpiring import algorithms
 from mpiring.algorithms import Collective
-from mpiring.algorithms import auto as auto_table
-from mpiring.buffers import Memory
-from mpiring.dispatch import Dispatcher
-from mpiring.errors import InvalidArgumentError, UnavailableError
-from mpiring.ops import Op
-from mpiring.options import Options
-from mpiring.topology import from_node_keys
+from mpiring.auto import table as auto_table
+from mpiring.call.dispatch import Dispatcher
+from mpiring.call.options import Options
+from mpiring.core import reproducible
+from mpiring.core.buffers import Memory
+from mpiring.core.errors import InvalidArgumentError, UnavailableError
+from mpiring.core.ops import Op
+from mpiring.core.topology import from_node_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -81,23 +82,19 @@ def test_the_docs_show_the_librarys_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     source = inspect.getsource(reproducible.accumulation_dtype) + "\n\n" + inspect.getsource(
         reproducible.reference)
-    assert source in blocks, "paste mpiring.reproducible's two functions into docs/reproducible.md"
-
-
-class Gpu(FakeGpu):
-    oneshot_ll_limit = 64 << 10
+    assert source in blocks, "paste mpiring.core.reproducible's two functions into docs/reproducible.md"
 
 
 def dispatcher(nodes: int = 1, ranks: int = 2, gpu: bool = True, forced: str | None = None) -> Dispatcher:
     topo = from_node_keys([n for n in range(nodes) for _ in range(ranks)])
     return Dispatcher("auto", None, forced, auto_table.load(), topo, host=HostStub(),
-                      gpu=Gpu() if gpu else None, reproducible=True)
+                      gpu=FakeGpu() if gpu else None, reproducible=True)
 
 
 class HostStub:
     memory = Memory.HOST
 
-    def unavailable(self, row) -> str | None:
+    def nccl_unavailable(self) -> str | None:
         return None
 
     def capturing(self) -> bool:
@@ -110,7 +107,7 @@ SIZES = [1, 4096, 60 << 10, 1 << 20, 3 << 20, 64 << 20, 1 << 30, 8 << 30]
 @pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_auto_picks_only_rank_ordered_rows(ranks: int) -> None:
     d = dispatcher(ranks=ranks)
-    plain = Dispatcher("auto", None, None, auto_table.load(), d.topology, host=HostStub(), gpu=Gpu())
+    plain = Dispatcher("auto", None, None, auto_table.load(), d.topology, host=HostStub(), gpu=FakeGpu())
     for nbytes in SIZES:
         row = d.row(nbytes, Memory.CUDA, None)
         assert row.rank_ordered, (nbytes, row.name)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpiring.ops import Op
-from mpiring.schedule import (
+from mpiring.core.ops import Op
+from mpiring.ring.schedule import (
     FIRST_SEQ,
     SLOTS,
     RingPlan,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpiring.ops import Op
-from mpiring.schedule import Phase, RingPlan, Source, issue_order
+from mpiring.core.ops import Op
+from mpiring.ring.schedule import Phase, RingPlan, Source, issue_order
 
 POISON = np.int64(-(2**62) + 777)
 OPS = list(Op)

@@ -1,4 +1,4 @@
-"""mpiring.settings: one table of the MPIRING_* variables, one parser, one error shape; every
+"""mpiring.core.settings: one table of the MPIRING_* variables, one parser, one error shape; every
 reader of the library goes through it, unknown names are reported, and docs/settings.md lists
 exactly the table."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from mpiring import settings
-from mpiring.backends.gpu_hier import cuda_aware_mpi
+from mpiring.call.options import Options
+from mpiring.context.gpu_hier import cuda_aware_mpi
+from mpiring.core import settings
+from mpiring.core.errors import InvalidArgumentError
 from mpiring.cuda.device import share_gpu_allowed
-from mpiring.errors import InvalidArgumentError
-from mpiring.options import Options
-from mpiring.timeouts import DEFAULT_SECONDS, TimeoutPolicy
+from mpiring.node.timeouts import DEFAULT_SECONDS, TimeoutPolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def test_the_docs_page_lists_exactly_the_table() -> None:
     page = (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
     for reader in settings.READERS:
         assert settings.markdown(reader) in page, (
-            f"docs/settings.md differs from mpiring.settings.markdown({reader!r}); paste:\n"
+            f"docs/settings.md differs from mpiring.core.settings.markdown({reader!r}); paste:\n"
             + settings.markdown(reader))
     listed = re.findall(r"^\| `(MPIRING_[A-Z0-9_]+)` \|", page, flags=re.M)
     assert sorted(listed) == sorted(settings.BY_NAME)
@@ -157,16 +157,16 @@ def test_every_mpiring_variable_the_project_names_is_in_the_table() -> None:
     named = {m for p in files
              for m in re.findall(r"MPIRING_[A-Z0-9_]*[A-Z0-9]", p.read_text(errors="replace"))}
     missing = sorted(n for n in named if n not in settings.BY_NAME and not _MACROS.match(n))
-    assert not missing, f"add these to mpiring.settings.TABLE: {missing}"
+    assert not missing, f"add these to mpiring.core.settings.TABLE: {missing}"
 
 
 def test_the_library_reads_mpiring_variables_only_through_the_table() -> None:
-    """No os.environ/getenv read of an MPIRING_* name outside mpiring/settings.py (the bench,
+    """No os.environ/getenv read of an MPIRING_* name outside mpiring/core/settings.py (the bench,
     another owner's, aside)."""
     offenders = []
     for path in sorted((ROOT / "mpiring").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel == "mpiring/settings.py" or rel.startswith("mpiring/bench/"):
+        if rel == "mpiring/core/settings.py" or rel.startswith("mpiring/bench/"):
             continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if re.search(r"(environ|getenv)\b.*MPIRING_", line):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiring import signals
-from mpiring.errors import MpiringTimeoutError
-from mpiring.signals import FREE, FULL, HEADER_BYTES, NUM_COUNTERS, SharedBoard, Waiter
+from mpiring.core.errors import MpiringTimeoutError
+from mpiring.node import signals
+from mpiring.node.signals import FREE, FULL, HEADER_BYTES, NUM_COUNTERS, SharedBoard, Waiter
 
 
 def test_waiter_returns_when_ready() -> None:

@@ -5,7 +5,7 @@ The watchdog reads this rank's two FULL flags (written by the previous rank afte
 our slot) and two FREE flags (written by the next rank after each fold of its slot) and asks
 which operation of the call's issue order waits on a value those flags do not hold yet. The
 expectations here replay the script against the waits of the ring protocol (see
-mpiring/pipeline.py): a send of transfer seq waits for ``free[seq % 2] >= seq - 2`` unless
+mpiring/ring/pipeline.py): a send of transfer seq waits for ``free[seq % 2] >= seq - 2`` unless
 ``seq - 2 < FIRST_SEQ``; a fold of seq waits for ``full[seq % 2] >= seq``.
 """
 
@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpiring.errors import MpiringTimeoutError
-from mpiring.schedule import FIRST_SEQ, RingPlan, Transfer, rank_script
-from mpiring.stall import ProgressClock, ring_stall, stall_error
+from mpiring.core.errors import MpiringTimeoutError
+from mpiring.node.timeouts import ProgressClock
+from mpiring.ring.schedule import FIRST_SEQ, RingPlan, Transfer, rank_script
+from mpiring.ring.stall import ring_stall, stall_error
 
 HINT = "the hint of the watchdog"
 

@@ -4,7 +4,7 @@ The direct kernels (oneshot, twoshot, oneshot-ll) and the ring's fold kernels wr
 KIND, PEER, SEQ, BLOCK and STEP into pinned host memory when they give up, and the GPU-side
 agreement check writes the calls it skipped (ST_MM_*); the host turns the words into the
 exception the caller sees, with no CUDA call, so it is tested here on plain words. The
-descriptor the kernels compare (:mod:`mpiring.descriptor`) is tested here too.
+descriptor the kernels compare (:mod:`mpiring.core.descriptor`) is tested here too.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring import descriptor
-from mpiring.call_check import describe
+from mpiring.call.call_check import describe
+from mpiring.core import descriptor
+from mpiring.core.errors import MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
+from mpiring.core.ops import DTYPE_BY_CODE, DTYPES, Op
 from mpiring.cuda import contract, sources
 from mpiring.cuda.direct_kernels import LL_BLOCK_LINES, ll_blocks
 from mpiring.cuda.status import (
@@ -38,8 +40,6 @@ from mpiring.cuda.status import (
     skipped_error,
     status_error,
 )
-from mpiring.errors import MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
-from mpiring.ops import DTYPE_BY_CODE, DTYPES, Op
 
 
 def words(state: int, kind: int = 0, peer: int = 0, seq: int = 0, block: int = 0, step: int = 0,

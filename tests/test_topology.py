@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mpiring.errors import InvalidArgumentError
-from mpiring.topology import Topology, from_node_keys, virtual_node_of, virtual_node_sizes
+from mpiring.core.errors import InvalidArgumentError
+from mpiring.core.topology import Topology, from_node_keys, virtual_node_of, virtual_node_sizes
 
 
 def test_nodes_are_numbered_by_first_rank_and_places_by_rank() -> None:

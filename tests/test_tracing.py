@@ -1,4 +1,4 @@
-"""The ring's timeline (mpiring.transports.tracing, mpiring.trace): a tracing transport puts a
+"""The ring's timeline (mpiring.ring.transports.tracing, mpiring.trace): a tracing transport puts a
 mark before and after each wait, send and fold of the pipeline, passes every call through
 unchanged, and tells each span its transfer's sequence number; the summary's arithmetic. The
 host transport under real ranks: tests/mpi/test_mpi_trace.py."""
@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from test_pipeline import RecordingTransport, call_buffers, expected_calls
 
 from mpiring import trace
-from mpiring.pipeline import RingPipeline
-from mpiring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, issue_order
-from mpiring.transports.tracing import (
+from mpiring.ring.pipeline import RingPipeline
+from mpiring.ring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, issue_order
+from mpiring.ring.transports.tracing import (
     COPY,
     FOLD,
     FOLD_STEP,

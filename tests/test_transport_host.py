@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiring.signals import SharedBoard
-from mpiring.timeouts import TimeoutPolicy
-from mpiring.transports.host import HostTransport, slot_bytes_for
+from mpiring.node.signals import SharedBoard
+from mpiring.node.timeouts import TimeoutPolicy
+from mpiring.ring.transports.host import HostTransport, slot_bytes_for
 
 
 @pytest.mark.parametrize(("asked", "got"), [(1, 4096), (4095, 4096), (4096, 4096), (5000, 4096),

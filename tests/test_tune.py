@@ -13,10 +13,10 @@ import pytest
 from mpi4py import MPI
 
 from mpiring.algorithms import auto_candidates
-from mpiring.algorithms.auto import TuningTable, load, parse
+from mpiring.auto.machine import MachineKey
+from mpiring.auto.table import TuningTable, load, parse
 from mpiring.bench import tune, tune_overlap, tunefile
 from mpiring.bench.results import Row
-from mpiring.machine import MachineKey
 
 
 def test_options_and_the_bench_options_they_make():
@@ -177,21 +177,20 @@ def test_graph_candidates_are_the_capturable_ones():
     assert tune.graph_candidates(False) == ()
 
 
-def test_python_m_mpiring_tune_writes_to_the_users_table(tmp_path, monkeypatch):
-    from mpiring import tune as entry
-    from mpiring import tuning
+def test_mpiring_tune_writes_to_the_users_table(tmp_path, monkeypatch):
+    from mpiring.auto import tuning
 
     monkeypatch.setenv(tuning.TUNING_DIR, str(tmp_path / "deep" / "dir"))
-    o = tune.parse_args([], prog="python -m mpiring.tune", per_user=True)
-    assert o.per_user and o.prog == "mpiring.tune"
+    o = tune.parse_args([], prog="mpiring-tune", per_user=True)
+    assert o.per_user and o.prog == "mpiring-tune"
     assert o.destination(4, KEY) == tmp_path / "deep" / "dir" / "nvidia-h200-4x-nvlink.json"
     assert o.folder() == tmp_path / "deep" / "dir"
     assert tune.destination_problem(o, 4) == ("", None) and o.folder().is_dir()  # made
-    o = tune.parse_args(["-o", str(tmp_path / "x.json")], prog="python -m mpiring.tune", per_user=True)
+    o = tune.parse_args(["-o", str(tmp_path / "x.json")], prog="mpiring-tune", per_user=True)
     assert o.destination(4, KEY) == tmp_path / "x.json"
     assert tune.parse_args([]).destination(4, KEY).name == "mpiring-tuning-4.json"  # the old command
     # Under an SM budget, the budget's own table (the plain one, for communicators without, stays).
-    o = tune.parse_args(["--sm-budget", "16"], prog="python -m mpiring.tune", per_user=True)
+    o = tune.parse_args(["--sm-budget", "16"], prog="mpiring-tune", per_user=True)
     assert o.destination(4, KEY) == tmp_path / "deep" / "dir" / "nvidia-h200-4x-nvlink-sm16.json"
     host = MachineKey("none", 2, "none")  # host arrays run no kernels: no budget in the name
     assert o.destination(2, host) == tmp_path / "deep" / "dir" / "none-2x-none.json"
@@ -200,20 +199,19 @@ def test_python_m_mpiring_tune_writes_to_the_users_table(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning.TUNING_DIR, str(blocked / "sub"))
     problem, _ = tune.destination_problem(tune.parse_args([], per_user=True), 4)
     assert "cannot make the tuning directory" in problem and "MPIRING_TUNING_DIR" in problem
-    assert callable(entry.main)
 
 
 def test_help_says_where_the_table_goes(capsys):
     with pytest.raises(SystemExit):
-        tune.parse_args(["--help"], prog="python -m mpiring.tune", per_user=True)
+        tune.parse_args(["--help"], prog="mpiring-tune", per_user=True)
     out = capsys.readouterr().out
-    assert "usage: python -m mpiring.tune" in out and "MPIRING_TUNING_DIR" in out and "--show" in out
+    assert "usage: mpiring-tune" in out and "MPIRING_TUNING_DIR" in out and "--show" in out
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
 def test_serial_show(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("MPIRING_TUNING_DIR", str(tmp_path))
-    assert tune.main(["--show", "--host", "--progress", "off"], prog="python -m mpiring.tune",
+    assert tune.main(["--show", "--host", "--progress", "off"], prog="mpiring-tune",
                      per_user=True) == 0
     out = capsys.readouterr().out
     assert "# auto: 1 x none, none: no GPU: auto runs the ring on host arrays" in out
@@ -351,9 +349,9 @@ def without_bench_extra(code: str, tmp_path) -> subprocess.CompletedProcess[str]
 
 
 def test_the_tuner_imports_and_helps_without_rich_and_matplotlib(tmp_path):
-    done = without_bench_extra("import mpiring.tune; sys.exit(mpiring.tune.main(['--help']))", tmp_path)
+    done = without_bench_extra("import mpiring.bench.tune as t; sys.exit(t.main(['--help']))", tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "usage: python -m mpiring.tune" in done.stdout and "--overlap" in done.stdout
+    assert "usage: mpiring-tune" in done.stdout and "--overlap" in done.stdout
 
 
 @pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
@@ -361,8 +359,8 @@ def test_the_tuner_runs_without_rich_and_matplotlib(tmp_path):
     """A whole run on the host, printed in plain text (mpiring.bench.plain), the table written."""
     path = tmp_path / "t.json"
     done = without_bench_extra(
-        "import mpiring.tune, mpiring.bench.report as r; assert not r.HAVE_RICH; "
-        f"sys.exit(mpiring.tune.main(['--host', '-b', '1K', '-e', '4K', '--time-budget', '0.003', "
+        "import mpiring.bench.tune as t, mpiring.bench.report as r; assert not r.HAVE_RICH; "
+        f"sys.exit(t.main(['--host', '-b', '1K', '-e', '4K', '--time-budget', '0.003', "
         f"'--reps', '2', '-o', {str(path)!r}, '--progress', 'on']))", tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert load(path).tables == {1: ((None, "ring"),)}

@@ -1,4 +1,4 @@
-"""mpiring.tuning: where auto's table comes from for a machine key (MPIRING_TUNING_FILE, then the
+"""mpiring.auto.tuning: where auto's table comes from for a machine key (MPIRING_TUNING_FILE, then the
 user's table, then the shipped ones, then the built-in rule), the per-user location, the values
 every rank compares, and the errors that name the file. The collective part (settle) runs on
 real ranks in tests/mpi/test_mpi_setup_agreement.py and tests/mpi/test_tune_mpi.py."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mpiring import tuning
-from mpiring.errors import InvalidArgumentError
-from mpiring.machine import MachineKey
+from mpiring.auto import tuning
+from mpiring.auto.machine import MachineKey
+from mpiring.core.errors import InvalidArgumentError
 
 H200_2 = MachineKey("NVIDIA H200", 2, "nvlink")
 H200_4 = MachineKey("NVIDIA H200", 4, "nvlink")
@@ -83,7 +83,7 @@ def test_a_bad_user_table_is_an_error_naming_it(env: dict[str, str]) -> None:
         tuning.find(H200_2, env)
     write(path, "NVIDIA H100", "nvlink", 2)
     with pytest.raises(InvalidArgumentError, match="holds tables for NVIDIA H100, nvlink, 2 ranks: "
-                                                   "run python -m mpiring.tune again"):
+                                                   "run mpiring-tune again"):
         tuning.find(H200_2, env)
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(InvalidArgumentError, match="not a text file"):
@@ -136,7 +136,7 @@ def test_a_communicator_with_a_budget_prefers_a_table_measured_under_it(env: dic
     choice = tuning.find(H200_2, env, sm_budget=16)
     assert (choice.origin, choice.path, choice.budget_differs) == (tuning.USER, str(plain), True)
     assert ("measured without an SM budget, but this communicator's is 16: its picks may not be "
-            "the fastest here (measure: python -m mpiring.tune --sm-budget 16)") in choice.describe()
+            "the fastest here (measure: mpiring-tune --sm-budget 16)") in choice.describe()
     # Its own table wins once measured; the plain one still serves communicators without a budget.
     own = budgeted(tuning.user_path(H200_2, env, 16), 16, "ring")
     choice = tuning.find(H200_2, env, sm_budget=16)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mpiring.transports.tracing import FOLD_STEP, SEND, WAIT_FULL, Span
+from mpiring.ring.transports.tracing import FOLD_STEP, SEND, WAIT_FULL, Span
 
 
 def span_problems(spans: Sequence[Span], ranks: int, label: str) -> list[str]:

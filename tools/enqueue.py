@@ -10,7 +10,7 @@ What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return
 enqueued; the GPU is not waited for inside a round), with the agreement check as by default
 (``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
 host for every call (``host``, shown for the rows that would check on the GPU) and off (and,
-for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.replay``),
+for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.call.replay``),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
 for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
 cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
@@ -47,9 +47,9 @@ from mpiring import algorithms
 from mpiring.bench.argtypes import RankZeroParser, int_at_least, size_arg
 from mpiring.bench.mode import AUTO, GPU, HOST, ModeError, choose
 from mpiring.bench.sizes import format_size
-from mpiring.buffers import Memory
 from mpiring.communicator import Communicator
-from mpiring.errors import MpiringError
+from mpiring.core.buffers import Memory
+from mpiring.core.errors import MpiringError
 
 from . import kernels
 
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
     # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
     # host for the others), every call on the host (check="host"), and off.
     comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
-    # The full path, for comparison: a communicator that never replays (mpiring.replay).
+    # The full path, for comparison: a communicator that never replays (mpiring.call.replay).
     full = Communicator(world, gpu=gpu, check=False, replay=False)
     try:
         labels, cases, gated = [copy[0]], [copy[1]], [True]

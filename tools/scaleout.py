@@ -1,4 +1,4 @@
-"""The scale-out cost model (``mpiring.costmodel``) against the bench's measurements, and its
+"""The scale-out cost model (``mpiring.auto.costmodel``) against the bench's measurements, and its
 predictions for clusters this machine is not (``docs/scale-out.md`` shows both)::
 
     python -m tools.scaleout --node results/h200x2.csv --virtual results/h200x2-hier.csv \\
@@ -19,7 +19,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from mpiring import costmodel as cm
+from mpiring.auto import costmodel as cm
 from mpiring.bench.results import Row, read_csv
 
 CHECK_SIZES = (1 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30, 8 << 30)

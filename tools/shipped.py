@@ -10,10 +10,10 @@ Per rank count: the eager entries from ``results/h200x<N>.csv`` (calls made one 
 Python), the graph entries from ``results/h200x<N>-graph.csv`` (``--graph``: calls replayed
 from a CUDA graph); at each size the fastest of auto's candidates (the median of the slowest
 rank, the CSVs' ``time_us``), by :func:`mpiring.bench.tunefile.timings` and
-:func:`mpiring.algorithms.auto.from_timings`, exactly as ``python -m mpiring.tune`` does. The
+:func:`mpiring.auto.table.from_timings`, exactly as ``mpiring-tune`` does. The
 overlap entries (``overlap=True``: the smallest makespan ``T_both`` beside a GEMM) come from a
 ``--overlap gemm`` run of that machine and rank count listed in ``OVERLAP_SOURCES``, by
-:func:`mpiring.bench.tunefile.makespan_timings`, as ``python -m mpiring.tune --overlap`` makes
+:func:`mpiring.bench.tunefile.makespan_timings`, as ``mpiring-tune --overlap`` makes
 them; where none is committed (none yet: ``results/h200x1-makespan.csv`` is one rank) the rank
 count has no overlap entries, and ``--check`` says "overlap: not measured" for it. The
 file's ``runs`` say, per rank count and kind of call, which CSV, machine, date, command and
@@ -34,7 +34,7 @@ from typing import Any
 
 from mpiring import algorithms
 from mpiring.algorithms import auto_candidates
-from mpiring.algorithms.auto import SHIPPED, Entries, TuningTable, from_timings
+from mpiring.auto.table import SHIPPED, Entries, TuningTable, from_timings
 from mpiring.bench.results import Row, read_csv
 from mpiring.bench.sizes import format_size
 from mpiring.bench.tunefile import DTYPE, OP, makespan_timings, sizes_text, table_json, timings

@@ -2,16 +2,16 @@
 
     ring         both   one node   the copy-engine ring (ring.py)
     ring-events  GPU    one node   the same ring signalled by interprocess events (ring_events.py)
-    oneshot      GPU    one node   one-kernel, latency (direct_calls.py)
-    twoshot      GPU    one node   one-kernel, bandwidth (direct_calls.py)
-    oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct_calls.py)
+    oneshot      GPU    one node   one-kernel, latency (direct.py)
+    twoshot      GPU    one node   one-kernel, bandwidth (direct.py)
+    oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct.py)
     nccl         GPU    any        ncclAllReduce (nccl.py)
     nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
     mpi          host   any        MPI.Allreduce (mpi.py)
     mpi-twoshot  host   any        shards to owners, reduced in rank order, all-gather (mpi_twoshot.py)
     hier         both   any        ring in each node, NCCL/MPI between nodes (hier.py)
 
-plus ``auto``, which is no row: it picks a row per message size (:mod:`.auto`), and ``hier``
+plus ``auto``, which is no row: it picks a row per message size (:mod:`mpiring.auto`), and ``hier``
 wherever the communicator spans nodes. Rows with ``reduce_scatter``/``allgather`` entries
 serve ``Reduce_scatter_block``/``Allgather`` too. Everything
 that lists, codes, checks or dispatches algorithms reads this table through the functions
@@ -20,8 +20,8 @@ below; :func:`register` adds a row at run time (every rank must register the sam
 
 from __future__ import annotations
 
-from ..buffers import Memory
-from ..errors import InvalidArgumentError
+from ..core.buffers import Memory
+from ..core.errors import InvalidArgumentError
 from . import direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
 from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
 
@@ -107,7 +107,7 @@ def auto_candidates(memory: Memory = Memory.CUDA) -> tuple[str, ...]:
 
 def rank_ordered(memory: Memory) -> tuple[str, ...]:
     """The rows of ``reproducible=True`` for ``memory``: those that reduce in rank order
-    (:mod:`mpiring.reproducible`), in table order."""
+    (:mod:`mpiring.core.reproducible`), in table order."""
     return tuple(a.name for a in _TABLE.values() if a.rank_ordered and a.serves(memory))
 
 

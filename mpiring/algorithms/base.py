@@ -21,27 +21,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..buffers import Buffer, Memory
-from ..ops import Op
+from ..core.buffers import Memory
+from ..core.collective import Call, Collective
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-
-
-class Collective(enum.IntEnum):
-    """The collectives a row may implement; the values are the agreement check's wire codes."""
-
-    ALLREDUCE = 1
-    REDUCE_SCATTER = 2  # Reduce_scatter_block
-    ALLGATHER = 3
-
-    @property
-    def label(self) -> str:
-        return {1: "allreduce", 2: "Reduce_scatter_block", 3: "Allgather"}[self.value]
+    from ..context.base import Backend
 
 
 class Scope(enum.Enum):
@@ -49,24 +37,6 @@ class Scope(enum.Enum):
 
     NODE = "node"  # every rank on one node: it moves data through node memory (IPC, shared memory)
     ANY = "any"  # any communicator, on one node or many
-
-
-class Call(NamedTuple):
-    """One allreduce as an algorithm receives it: checked, agreed on by every rank.
-    (Immutable; built once per call, so a NamedTuple: cheaper than a frozen dataclass.)"""
-
-    send: Buffer | None  # None: in place (the input is recv)
-    recv: Buffer
-    op: Op
-    batches: int | None  # mini-batches asked for (batched algorithms), None: their default
-    # The call's descriptor as it travels on the GPU (mpiring.descriptor): what the kernels of
-    # a row that checks on the GPU compare with their peers' before they write any output.
-    desc: tuple[int, int] = (0, 0)
-
-    @property
-    def source(self) -> Buffer:
-        """The input: ``send``, or ``recv`` when in place."""
-        return self.recv if self.send is None else self.send
 
 
 Run = Callable[["Backend", Call], None]
@@ -77,7 +47,7 @@ Batches = Callable[["Backend", int, np.dtype, "int | None"], int]
 # Extra argument checks of one algorithm: raise InvalidArgumentError naming the problem.
 Check = Callable[["Backend", Call], None]
 # The call's allreduce with every argument fixed: calling the result enqueues it again, on the
-# caller's stream (the eager fast path, mpiring.replay).
+# caller's stream (the eager fast path, mpiring.call.replay).
 Bind = Callable[["Backend", Call], Callable[[], None]]
 
 
@@ -113,10 +83,10 @@ class Algorithm:
         bind: ``bind(backend, call)``: its allreduce of ``call`` with every argument fixed, as
             a callable that enqueues that allreduce again (on the caller's stream) and does
             exactly what ``run(backend, call)`` would: the eager fast path replays it for
-            later calls of the same shape (:mod:`mpiring.replay`). None: every call runs ``run``.
+            later calls of the same shape (:mod:`mpiring.call.replay`). None: every call runs ``run``.
         rank_ordered: every element it reduces is the ranks' values folded in rank order,
             accumulated in float32 for 2-byte floats and rounded once — exactly
-            :func:`mpiring.reproducible.reference`, whatever the size, chunking or placement —
+            :func:`mpiring.core.reproducible.reference`, whatever the size, chunking or placement —
             so ``reproducible=True`` may run it (and only such rows).
     """
 
@@ -168,6 +138,14 @@ class Algorithm:
 
     def serves(self, memory: Memory) -> bool:
         return memory in self.memory
+
+    def unavailable(self, backend: Backend) -> str | None:
+        """Why this row cannot run on ``backend`` although it serves its memory, or None."""
+        if self.nccl:
+            why = backend.nccl_unavailable()
+            if why is not None:
+                return f"algorithm {self.name!r} runs on NCCL, and {why}: use mpiring's own rows"
+        return None
 
     def max_bytes(self, backend: Backend) -> int | None:
         return None if self.limit is None else self.limit(backend)

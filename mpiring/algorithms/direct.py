@@ -14,73 +14,90 @@ Each reduces every element in rank order (rank 0's value, then rank 1's folded i
 float32 for 2-byte floats, rounded once: ``rank_ordered``, the rows of ``reproducible=True``.
 Each carries the call's descriptor (``Call.desc``) and checks on the GPU that every rank runs the
 same call before it writes any output (``gpu_check``: ``csrc/agree.cuh``). The kernels are
-``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct_kernels``.
+``mpiring/cuda/csrc/direct.cu`` and ``oneshot_ll.cu``; the launcher ``mpiring.cuda.direct_kernels``,
+which the GPU context holds (``GpuBackend.direct``); this module launches it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ..cuda.contract import CODE_ONESHOT_LL  # the kernels know this row by its code
 from .base import GPU, Algorithm, Call
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
+    from ..context.gpu import GpuBackend
 
 
-def run_oneshot(backend: Backend, call: Call) -> None:
-    backend.run_direct("oneshot", call)
+def _launch(kind: str) -> Callable[[Backend, Call], None]:
+    """``run`` of the ``kind`` kernel ("oneshot", "twoshot", "oneshot_ll"): one launch on the
+    caller's (ordered) stream, carrying the call's descriptor (its peers' kernels compare it
+    with theirs before any output is written)."""
+
+    def run(backend: Backend, call: Call) -> None:
+        gpu = cast("GpuBackend", backend)  # the rows serve GPU memory only
+        recv = call.recv
+        if kind == "oneshot_ll":
+            gpu.direct.launch_ll(call.source.address, recv.address, recv.count, recv.dtype, call.op,
+                                 call.desc, gpu.ordered_stream())
+        else:
+            gpu.direct.launch(kind, call.source.address, recv.address, recv.count, recv.dtype,
+                              call.op, call.desc, gpu.ordered_stream())
+    return run
 
 
-def run_twoshot(backend: Backend, call: Call) -> None:
-    backend.run_direct("twoshot", call)
+def _bind(kind: str) -> Callable[[Backend, Call], Callable[[], None]]:
+    """``bind`` of the ``kind`` kernel: the launch ``run`` makes, with every argument fixed, as
+    a callable that enqueues it again on the caller's (ordered) stream with one driver call
+    (the eager fast path, :mod:`mpiring.call.replay`)."""
 
+    def bind(backend: Backend, call: Call) -> Callable[[], None]:
+        gpu = cast("GpuBackend", backend)
+        recv = call.recv
+        launch = gpu.direct.bind(kind, call.source.address, recv.address, recv.count, recv.dtype,
+                                 call.op, call.desc)
+        ordered = gpu.ordered_stream
 
-def run_oneshot_ll(backend: Backend, call: Call) -> None:
-    backend.run_oneshot_ll(call)
-
-
-def bind_oneshot(backend: Backend, call: Call) -> Callable[[], None]:
-    return backend.bind_direct("oneshot", call)
-
-
-def bind_twoshot(backend: Backend, call: Call) -> Callable[[], None]:
-    return backend.bind_direct("twoshot", call)
-
-
-def bind_oneshot_ll(backend: Backend, call: Call) -> Callable[[], None]:
-    return backend.bind_direct("oneshot_ll", call)
+        def enqueue() -> None:
+            launch(ordered().ptr)
+        return enqueue
+    return bind
 
 
 def oneshot_limit(backend: Backend) -> int | None:
-    return backend.oneshot_limit
+    """The largest message, in bytes, the one-shot kernel takes: every rank's input fits in
+    each peer's one-shot slots."""
+    return cast("GpuBackend", backend).direct.oneshot_limit
 
 
 def oneshot_ll_limit(backend: Backend) -> int | None:
-    return backend.oneshot_ll_limit
+    """The largest message, in bytes, the oneshot-ll kernel takes (its line rows; an SM budget
+    lowers it)."""
+    return cast("GpuBackend", backend).direct.ll_limit
 
 
 ONESHOT = Algorithm(
-    "oneshot", 5, GPU, run_oneshot,
+    "oneshot", 5, GPU, _launch("oneshot"),
     summary="one kernel: every rank stores its input into all peers' slots, flag barrier, every "
             "rank reduces all rows locally",
     best_for="small messages (latency)",
-    graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True, bind=bind_oneshot,
+    graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True, bind=_bind("oneshot"),
     rank_ordered=True,
 )
 TWOSHOT = Algorithm(
-    "twoshot", 6, GPU, run_twoshot,
+    "twoshot", 6, GPU, _launch("twoshot"),
     summary="one kernel: reduce-scatter by pushing shards to their owners, flag barrier, "
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
-    graph_capturable=True, auto=True, gpu_check=True, bind=bind_twoshot, rank_ordered=True,
+    graph_capturable=True, auto=True, gpu_check=True, bind=_bind("twoshot"), rank_ordered=True,
 )
 ONESHOT_LL = Algorithm(
-    "oneshot-ll", CODE_ONESHOT_LL, GPU, run_oneshot_ll,
+    "oneshot-ll", CODE_ONESHOT_LL, GPU, _launch("oneshot_ll"),
     summary="one kernel, no barrier: every rank stores its input into all peers' slots as 16-byte "
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB",
     graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
-    bind=bind_oneshot_ll, rank_ordered=True,
+    bind=_bind("oneshot_ll"), rank_ordered=True,
 )

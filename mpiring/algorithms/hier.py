@@ -6,7 +6,7 @@ the node's sum), an existing engine allreduces that shard between nodes along th
 *rail* (the ranks at the same place on every node: NCCL or a CUDA-aware MPI for GPU arrays,
 MPI for host arrays), and the ring all-gathers inside the node. On GPUs the message goes in
 pieces (``batches=``: 1 turns the pipelining off) so that the network carries one piece while
-the copy engines reduce-scatter the next; see ``mpiring/backends/gpu_hier.py``.
+the copy engines reduce-scatter the next; see ``mpiring/context/gpu_hier.py``.
 
 Nodes of different sizes cannot line their shards up: there the GPU runs a flat
 ``ncclAllReduce`` over every rank, and the host a ring allreduce in each node, the node
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..buffers import Memory
-from ..errors import InvalidArgumentError
+from ..core.buffers import Memory
+from ..core.errors import InvalidArgumentError
 from .base import BOTH, Algorithm, Call, Scope
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
 
 
 def run(backend: Backend, call: Call) -> None:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
-from ..errors import InvalidArgumentError
-from ..mpi_ops import mpi_op
+from ..core.errors import InvalidArgumentError
+from ..core.mpi_ops import mpi_op
 from .base import HOST, Algorithm, Call, Scope
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
 
 
 def _send(call: Call):

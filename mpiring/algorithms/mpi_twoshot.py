@@ -3,7 +3,7 @@ for host arrays (on one node or many).
 
 Per chunk of the message: every rank's shard for owner j goes to j (``MPI_Ialltoallv``, the
 reduce-scatter shot); each owner reduces the n copies of its shard in rank order, accumulating
-in float32 for 2-byte floats, and rounds once (:func:`mpiring.reproducible.reference`, exactly);
+in float32 for 2-byte floats, and rounds once (:func:`mpiring.core.reproducible.reference`, exactly);
 the owners' results go to every rank (``MPI_Iallgatherv`` in place, the all-gather shot).
 ``Reduce_scatter_block`` is the first shot with shards = blocks; ``Allgather`` moves bytes only.
 
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 from mpi4py import MPI
 
-from ..reproducible import accumulation_dtype
+from ..core.reproducible import accumulation_dtype
 from .base import HOST, Algorithm, Call, Scope
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..backends.host import HostBackend
+    from ..context.base import Backend
+    from ..context.host import HostBackend
 
 NAME = "mpi-twoshot"
 MAX_STAGING_BYTES = 1 << 30  # per-peer byte counts stay below MPI's 2**31
@@ -86,7 +86,7 @@ def _shards(m: int, size: int) -> tuple[int, list[int], list[int]]:
 def _reduce_in_rank_order(call: Call, received: np.ndarray, acc: np.ndarray | None,
                           wide: np.ndarray | None, out: np.ndarray) -> None:
     """``out = received[0] op received[1] op ... op received[n-1]``, left to right, in the
-    accumulation type, rounded once (mpiring.reproducible.reference)."""
+    accumulation type, rounded once (mpiring.core.reproducible.reference)."""
     fold = call.op.ufunc  # the dispatcher runs avg as sum, then divides
     if acc is None:  # accumulate in the type itself, straight into the output
         np.copyto(out, received[0])

@@ -1,45 +1,59 @@
 """The NCCL baselines: ``nccl`` (``ncclAllReduce``, ``ncclReduceScatter``, ``ncclAllGather``)
 and ``nccl-ring`` (the AsyncAllReduce paper's baseline: a ring of ``ncclSend``/``ncclRecv``
 pairs in groups plus a fold kernel, on one stream). Both run on any number of nodes. Their
-communicators are made on first use (``mpiring.baselines.nccl``)."""
+communicators are made on first use (``mpiring.context.nccl``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
+from ..ring.schedule import RingPlan, choose_batches
 from .base import GPU, Algorithm, Call, Collective, Scope
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
+    from ..context.gpu import GpuBackend
 
 
-def run_allreduce(backend: Backend, call: Call) -> None:
-    backend.run_nccl(call, Collective.ALLREDUCE)
+def _nccl(collective: Collective) -> Callable[[Backend, Call], None]:
+    """``ncclAllReduce``, ``ncclReduceScatter`` or ``ncclAllGather`` over every rank."""
 
-
-def run_reduce_scatter(backend: Backend, call: Call) -> None:
-    backend.run_nccl(call, Collective.REDUCE_SCATTER)
-
-
-def run_allgather(backend: Backend, call: Call) -> None:
-    backend.run_nccl(call, Collective.ALLGATHER)
+    def run(backend: Backend, call: Call) -> None:
+        gpu = cast("GpuBackend", backend)  # the rows serve GPU memory only
+        gpu.nccl_baselines().run(collective, call.send, call.recv, call.op, gpu.ordered_stream())
+    return run
 
 
 def run_ring(backend: Backend, call: Call) -> None:
-    backend.run_nccl_ring(call)
+    gpu = cast("GpuBackend", backend)
+    nccl = gpu.nccl_baselines()
+    stream = gpu.ordered_stream()  # nccl-ring reuses one staging buffer across calls
+    recv = call.recv
+    if gpu.size == 1:
+        if call.send is not None:
+            gpu.copy(recv.address, call.send.address, recv.nbytes, stream)
+        return
+    nb = ring_batches(backend, recv.count, recv.dtype, call.batches)
+    nccl.ring(RingPlan(gpu.size, recv.count, nb), call.source.address, recv.address, recv.dtype,
+              call.op, stream)
 
 
 def ring_batches(backend: Backend, count: int, dtype: np.dtype, asked: int | None) -> int:
-    return backend.nccl_ring_batches(count, dtype, asked)
+    """Mini-batches of nccl-ring: as asked (default 1), raised so a chunk fits the staging."""
+    gpu = cast("GpuBackend", backend)
+    capacity = gpu.slot_bytes // np.dtype(dtype).itemsize
+    return choose_batches(count, gpu.size, capacity, asked, 1)
 
 
 NCCL = Algorithm(
-    "nccl", 2, GPU, run_allreduce,
+    "nccl", 2, GPU, _nccl(Collective.ALLREDUCE),
     summary="`ncclAllReduce`", best_for="baseline",
     graph_capturable=True, auto=True, baseline=True, scope=Scope.ANY,
-    reduce_scatter=run_reduce_scatter, allgather=run_allgather, averages=True, nccl=True, lazy=True,
+    reduce_scatter=_nccl(Collective.REDUCE_SCATTER), allgather=_nccl(Collective.ALLGATHER),
+    averages=True, nccl=True, lazy=True,
 )
 NCCL_RING = Algorithm(
     "nccl-ring", 3, GPU, run_ring,

@@ -4,7 +4,7 @@ Reduce-scatter then all-gather, ``2(n-1)`` steps, each moving one chunk per mini
 the next rank's receive slot, two slots alternating. On GPUs the copies run on copy engines
 and every wait and signal is a stream memory operation on a flag in the IPC staging (the GPU
 signals itself; the host only enqueues). On the host the same pipeline runs over node shared
-memory. The schedule is :mod:`mpiring.schedule`, the protocol :mod:`mpiring.pipeline`.
+memory. The schedule is :mod:`mpiring.ring.schedule`, the protocol :mod:`mpiring.ring.pipeline`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from .base import BOTH, Algorithm, Call, Collective
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
 
 
 def run(backend: Backend, call: Call) -> None:

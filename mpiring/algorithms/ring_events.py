@@ -6,7 +6,7 @@ receive slots **and interprocess events** exported through CUDA IPC
 allgather), each signal an ``cudaEventRecord`` on the sender's stream, each wait a
 ``cudaStreamWaitEvent`` on the peer's event, ordered by the host through counters in node
 shared memory (a wait on an event must be enqueued after the record it means). The host
-therefore follows the pipeline step by step; see ``mpiring/transports/cuda_events.py``.
+therefore follows the pipeline step by step; see ``mpiring/ring/transports/cuda_events.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .base import GPU, Algorithm, Call, Collective
 from .ring import batches
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..context.base import Backend
 
 
 def run(backend: Backend, call: Call) -> None:

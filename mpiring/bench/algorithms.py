@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import algorithms
 from ..algorithms import Algorithm
-from ..buffers import Memory
+from ..core.buffers import Memory
 from . import rivals
 from .collectives import ALLREDUCE, kind
 

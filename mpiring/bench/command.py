@@ -30,7 +30,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from ..launch import warn_if_singleton
+from ..node.launch import warn_if_singleton
 from .report import Reporter
 from .results import Row
 

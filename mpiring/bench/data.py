@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import Op, bfloat16_dtype, normalize_op
+from ..core.ops import Op, bfloat16_dtype, normalize_op
 
 CHUNK = 1 << 24  # elements per generated piece; a divisor of 2**32 keeps pieces in one block
 DTYPE_NAMES = ("float16", "float32", "float64", "int32", "int64", "bfloat16")

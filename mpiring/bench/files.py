@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from ..install import pip_install
+from ..core.install import pip_install
 from .results import FIELDS, Row, csv_record, jsonl_line, row_dict
 
 JSON_EVERY_S = 1.0  # the JSON is rewritten after a row at most this often (and always at the end)

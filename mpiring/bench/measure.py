@@ -26,12 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import (
-    InvalidArgumentError,
-    PeerArgumentError,
-    RankMismatchError,
-    UnavailableError,
-)
+from ..core.errors import InvalidArgumentError, PeerArgumentError, RankMismatchError, UnavailableError
 from .capture import capture_guard
 from .collectives import ALLGATHER, ALLREDUCE, REDUCE_SCATTER, SizeBuffers, odd_count_near
 from .stats import SLOWEST, Stats, combine, iterations_for, summarize

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import settings
+from ..core import settings
 
 ENV_PREFIXES = ("NCCL_", "MPIRING_", "CUDA_VISIBLE_DEVICES", "UCX_", "FI_", "MPICH_", "OMPI_MCA",
                 "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_JOB_NODELIST", "SLURM_GPUS")

@@ -3,7 +3,7 @@
 left or right justified, a cell too long cut with "…"), printing what rich prints when the
 output is no terminal: the same characters, without colours, styles or the live progress bar.
 
-They are used only where rich is not installed: ``python -m mpiring.tune`` (``mpiring-tune``)
+They are used only where rich is not installed: ``mpiring-tune`` (``mpiring-tune``)
 needs none of the bench extra's packages. The benchmark itself still asks for rich
 (:func:`mpiring.bench.files.missing_dependencies`).
 """

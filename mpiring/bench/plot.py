@@ -36,7 +36,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from .collectives import ALLREDUCE, factor_text  # noqa: E402
 from .plot_overlap import plot_makespan, plot_overlap  # noqa: E402
-from .plot_style import (  # noqa: E402
+from .plot_style import (
     legend_below,
     line_style,
     main_series,

@@ -23,15 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from .plot_style import (  # noqa: E402
-    legend_below,
-    line_style,
-    main_series,
-    size_axis,
-    time_label,
-    times_label,
-    title,
-)
+from .plot_style import legend_below, line_style, main_series, size_axis, time_label, times_label, title
 from .results import MAKESPAN_COLUMNS, Row  # noqa: E402
 
 SHAPE_TITLES = {"gemm": "beside large GEMMs started with the allreduce",

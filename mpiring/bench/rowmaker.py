@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import MpiringError
+from ..core.errors import MpiringError
 from . import rivals
 from .algorithms import AUTO, VARIANTS
 from .capture import capture_guard

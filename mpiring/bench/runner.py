@@ -21,15 +21,7 @@ from typing import Any
 from mpi4py import MPI
 
 from ..communicator import Communicator
-from .algorithms import (
-    AUTO_REPRODUCIBLE,
-    VARIANTS,
-    default_sweep,
-    implements,
-    node_only,
-    reference,
-    runnable,
-)
+from .algorithms import AUTO_REPRODUCIBLE, VARIANTS, default_sweep, implements, node_only, reference, runnable
 from .arrays import make_space
 from .baseline import arrange, fall_back
 from .baseline import choose as choose_baseline
@@ -37,15 +29,7 @@ from .cli import Options, in_graph
 from .collectives import ALLREDUCE, MPI_NAMES, element_counts
 from .command import BenchError, exit_status
 from .data import InputGenerator, point_seed, resolve_dtype
-from .measure import (
-    Outcome,
-    Point,
-    PointMeasurer,
-    SizeBuffers,
-    StageFailed,
-    TimingPolicy,
-    agree,
-)
+from .measure import Outcome, Point, PointMeasurer, SizeBuffers, StageFailed, TimingPolicy, agree
 from .mode import ModeError, check_algorithms, choose
 from .report import Reporter
 from .results import Row

@@ -1,23 +1,32 @@
-"""``python -m mpiring.bench.tune``: measure what ``algorithm="auto"`` may pick, on this machine, and
-write the tuning table it reads. ``python -m mpiring.tune`` is the same command writing to the
-per-user place where auto finds it by itself (:mod:`mpiring.tune`).
+"""``mpiring-tune`` (``python -m mpiring.bench.tune``): measure what ``algorithm="auto"`` may pick
+on this machine, and write the tuning table it then uses here by itself. One rank per GPU, on
+one node::
 
-    mpirun -n 4 python -m mpiring.bench.tune                          # writes mpiring-tuning-4.json
-    mpirun -n 2 python -m mpiring.bench.tune --merge mpiring-tuning-4.json   # adds the 2-rank table
-    MPIRING_TUNING_FILE=$PWD/mpiring-tuning-4.json python train.py
+    mpiexec -n 2 mpiring-tune             # measure, write this user's table, print the path
+    mpiexec -n 2 mpiring-tune --show      # which table auto uses here (measures nothing)
+    mpiexec -n 2 mpiring-tune --overlap   # also: what hides best beside a GEMM
+    mpiexec -n 4 mpiring-tune -o t.json; mpiexec -n 2 mpiring-tune --merge t.json  # one file, 2 and 4
+
+Where the table goes: ``-o FILE``; else the ``--merge`` file; else
+``<dir>/<gpu>-<ranks>x-<link>.json``, named for this machine's
+:class:`~mpiring.auto.machine.MachineKey` (e.g. ``nvidia-h200-2x-nvlink.json``), where ``<dir>`` is
+``$MPIRING_TUNING_DIR`` if set, else ``${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning``. A
+communicator on a node of the same key then uses it, unless ``MPIRING_TUNING_FILE`` names a table
+that holds this machine (lookup order: :mod:`mpiring.auto.tuning`); ``comm.tuning.describe()``
+says which table is in force. The ranks of a node must all find the same file (set-up checks it).
 
 Every candidate of :func:`mpiring.algorithms.auto_candidates` that can run here is measured at
 every size by the benchmark's own code (each point checked element by element, then timed;
 float32 sum; the median of the slowest rank), twice: as eager calls (one Python call after the
 other: what a training loop without graphs pays, bound by the host) and, on GPUs, replayed
 from a CUDA graph (bound by the GPU; only the rows that can be captured: not the ring). At each
-size the fastest wins (:func:`mpiring.algorithms.auto.from_timings`): the eager sweep gives the
+size the fastest wins (:func:`mpiring.auto.table.from_timings`): the eager sweep gives the
 table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
 caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep beside a GEMM, the
 smallest makespan winning, for the ``overlap`` entries (:mod:`mpiring.bench.tune_overlap`);
 ``--sm-budget N`` measures every sweep under that budget, for communicators of it (recorded in
-``runs``: :mod:`mpiring.tuning`). A candidate that rejects a size or cannot run (no NCCL) is no
-candidate there. The file is labelled with the GPU model and link (:mod:`mpiring.machine`).
+``runs``: :mod:`mpiring.auto.tuning`). A candidate that rejects a size or cannot run (no NCCL) is no
+candidate there. The file is labelled with the GPU model and link (:mod:`mpiring.auto.machine`).
 
 On the host transport (``--host``, or a machine without GPUs) the only candidate is ``ring``
 (``mpi`` is no candidate of auto), and there is no graph sweep, so the table says ``ring`` for
@@ -42,9 +51,9 @@ from typing import Any
 
 from .. import algorithms
 from ..algorithms import auto_candidates
-from ..algorithms.auto import TuningTable, load
-from ..errors import InvalidArgumentError
-from ..machine import MachineKey
+from ..auto.machine import MachineKey
+from ..auto.table import TuningTable, load
+from ..core.errors import InvalidArgumentError
 from .argtypes import RankZeroParser, int_at_least, positive_float, size_arg
 from .cli import Options as BenchOptions
 from .cli import parse_args as bench_defaults
@@ -77,7 +86,7 @@ On a machine without GPUs (or with --host) it tunes the host transport, whose on
 is ring: the table is all ring, for testing this command. A machine whose GPUs CuPy cannot use
 is an error naming CuPy's error (see --host).
 """
-WHERE = {False: "Use the file with MPIRING_TUNING_FILE=<file> (python -m mpiring.tune writes\n"
+WHERE = {False: "Use the file with MPIRING_TUNING_FILE=<file> (mpiring-tune writes\n"
                 "where auto finds it by itself).",
          True: "The table goes to this user's tuning directory ($MPIRING_TUNING_DIR, else\n"
                "${XDG_CACHE_HOME:-~/.cache}/mpiring/tuning), named for the machine\n"
@@ -101,7 +110,7 @@ class TuneOptions:
     bench: BenchOptions  # what the measurement runs with (its eager sweep)
     output: str | None
     merge: str | None
-    per_user: bool = False  # python -m mpiring.tune: the default file is the user's for this machine
+    per_user: bool = False  # mpiring-tune: the default file is the user's for this machine
     show: bool = False
     prog: str = "mpiring.bench.tune"  # the module run (python -m <prog>), for messages and metadata
     overlap: bool = False  # --overlap: a third sweep beside a GEMM gives the overlap entries
@@ -112,7 +121,7 @@ class TuneOptions:
         if self.output or self.merge:
             return Path(self.output or self.merge or "")
         if self.per_user and key is not None:
-            from ..tuning import user_path
+            from ..auto.tuning import user_path
 
             return user_path(key, sm_budget=self.bench.sm_budget)
         return Path(f"mpiring-tuning-{nranks}.json")
@@ -120,7 +129,7 @@ class TuneOptions:
     def folder(self) -> Path:
         """The folder the table goes into (known before the machine is)."""
         if self.per_user and not (self.output or self.merge):
-            from ..tuning import user_dir
+            from ..auto.tuning import user_dir
 
             return user_dir()
         return self.destination(0).resolve().parent
@@ -231,9 +240,9 @@ def destination_problem(opts: TuneOptions, nranks: int) -> tuple[str, TuningTabl
 # -- the collective command ----------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m mpiring.bench.tune",
-         per_user: bool = False) -> int:
-    """Tune on every rank of ``MPI.COMM_WORLD``; returns the exit status (see ``--help``)."""
+def main(argv: Sequence[str] | None = None, prog: str = "mpiring-tune", per_user: bool = True) -> int:
+    """Tune on every rank of ``MPI.COMM_WORLD``; returns the exit status (see ``--help``). By
+    default the table goes to this user's place for this machine (``per_user``)."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before anything initialises NCCL
     opts = parse_args(argv, prog, per_user)  # exits on a bad option, alike on every rank
 
@@ -343,7 +352,7 @@ def _run(opts: TuneOptions, world: Any, reporter: Any) -> int:
 def _write_and_show(path: Path, table: TuningTable, key: MachineKey, opts: TuneOptions,
                     world: Any, reporter: Any) -> None:
     """Collective: rank 0 writes the file and prints this rank count's table."""
-    from ..tuning import TUNING_FILE, user_path
+    from ..auto.tuning import TUNING_FILE, user_path
     from .command import BenchError
 
     problem = ""
@@ -369,9 +378,9 @@ def _write_and_show(path: Path, table: TuningTable, key: MachineKey, opts: TuneO
 
 def use_of(path: Path, key: MachineKey, sm_budget: int | None) -> str:
     """Whether auto will use the table just written to ``path`` on this machine, asked of the
-    lookup a communicator makes (:func:`mpiring.tuning.find`; ``--show`` prints its answer),
+    lookup a communicator makes (:func:`mpiring.auto.tuning.find`; ``--show`` prints its answer),
     so that what the tuner says is what ``--show`` then shows."""
-    from .. import tuning
+    from ..auto import tuning
 
     if key.ranks == 1:
         return ("auto will not use it: a communicator of one rank reads no tuning table (it "

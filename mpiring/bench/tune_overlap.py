@@ -9,7 +9,7 @@ machinery (``python -m mpiring.bench --overlap gemm``: :mod:`mpiring.bench.overl
 ``k`` calls and ``g`` GEMMs of N x N float16 on a second stream, fixed by the first candidate
 measured there so that every candidate does the same work; ``T_both``, the makespan of both
 from one start until both are done, is the slowest rank's median over the repetitions. At each
-size the smallest ``T_both`` wins (:func:`mpiring.algorithms.auto.from_timings`, the times
+size the smallest ``T_both`` wins (:func:`mpiring.auto.table.from_timings`, the times
 being makespans: :func:`mpiring.bench.tunefile.makespan_timings`), which gives the table's
 ``overlap`` entries; ``Communicator.allreduce(..., overlap=True)`` reads them.
 

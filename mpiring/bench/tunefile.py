@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..algorithms import auto_candidates
-from ..algorithms.auto import Entries, TuningTable, from_timings, to_json
-from ..machine import MachineKey
+from ..auto.machine import MachineKey
+from ..auto.table import Entries, TuningTable, from_timings, to_json
 from .sizes import format_size
 
 DTYPE, OP = "float32", "sum"
@@ -55,7 +55,7 @@ def merge_problem(base: TuningTable | None, mode: str, key: MachineKey | None = 
     for label, theirs, mine in (("GPU model", base.gpu, key.gpu), ("link", base.link, key.link)):
         if theirs is not None and theirs != mine:
             return (f"the --merge file's tables are for the {label} {theirs!r}, this machine's is "
-                    f"{mine!r}: keep them in separate files (python -m mpiring.tune keeps one "
+                    f"{mine!r}: keep them in separate files (mpiring-tune keeps one "
                     "per machine)")
     return ""
 

@@ -28,7 +28,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 
-from ..install import CUDA_EXTRAS, cuda_choices, pip_install
+from ..core.install import CUDA_EXTRAS, cuda_choices, pip_install
 from .resources import live_resources
 
 __all__ = ["GpuStatus", "available", "gpu_status", "live_resources", "unavailable_reason",
@@ -124,7 +124,7 @@ def installed_cupy() -> str:
 def install_hint() -> str:
     """Which extra to install: both choices, the one matching this machine's driver, and the
     CuPy wheel installed now (a CUDA 13 wheel under a CUDA 12 driver cannot load). The commands
-    come from :func:`mpiring.install.pip_install` (mpiring is not on the package index)."""
+    come from :func:`mpiring.core.install.pip_install` (mpiring is not on the package index)."""
     text = cuda_choices()
     driver = driver_cuda_version()
     if driver is None:

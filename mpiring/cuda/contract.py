@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..descriptor import CALL as DESC_CALL  # agree.cuh's DESC_* (mpiring.descriptor packs them)
-from ..descriptor import DISAGREED as DESC_DISAGREED
-from ..descriptor import REJECTED as DESC_REJECTED
+from ..core.descriptor import CALL as DESC_CALL  # agree.cuh's DESC_* (mpiring.core.descriptor packs them)
+from ..core.descriptor import DISAGREED as DESC_DISAGREED
+from ..core.descriptor import REJECTED as DESC_REJECTED
 from .layout import MAX_RANKS
 
 MAXR = MAX_RANKS  # MAXR in contract.cuh: rows of every per-rank table

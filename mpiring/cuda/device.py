@@ -11,10 +11,10 @@ import os
 
 from mpi4py import MPI
 
-from .. import settings
-from ..buffers import Buffer
-from ..errors import InvalidArgumentError, SetupError
-from ..setup_steps import allgather
+from ..core import settings
+from ..core.buffers import Buffer
+from ..core.errors import InvalidArgumentError, SetupError
+from ..node.setup_steps import allgather
 
 REMEDY = (
     "make every GPU of the node visible to every rank (no per-rank CUDA_VISIBLE_DEVICES; with "
@@ -44,7 +44,7 @@ def bind_device(node: MPI.Intracomm, place: int, device: int | None,
     this process's first communicator, else ``place``, the rank's place on its machine, so
     communicators from reordered splits keep the process's GPU. Returns the GPU's index,
     whether some ranks of the node share a GPU (only with ``MPIRING_SHARE_GPU=1``), and the PCI
-    bus ids of every node rank's GPU, by node rank (what :mod:`mpiring.machine` reads)."""
+    bus ids of every node rank's GPU, by node rank (what :mod:`mpiring.auto.machine` reads)."""
     import cupy
 
     rt = cupy.cuda.runtime

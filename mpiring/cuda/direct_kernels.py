@@ -20,7 +20,7 @@ never a load from it (remote stores are posted; remote loads wait a full round t
   protocol).
 
 Every kernel checks on the GPU that its peers run the same call (``csrc/agree.cuh``): each
-launch carries the call's descriptor (:mod:`mpiring.descriptor`); where a peer's differs, every
+launch carries the call's descriptor (:mod:`mpiring.core.descriptor`); where a peer's differs, every
 rank skips the call and reports it in the host status block, and the communicator stays
 usable. A rank whose call cannot run on the GPU this time launches a *notice* instead
 (:meth:`DirectKernels.notice`), so that its peers' kernels do not wait for it in vain.
@@ -38,9 +38,9 @@ import functools
 
 import numpy as np
 
-from ..descriptor import Descriptor
-from ..errors import InvalidArgumentError
-from ..ops import Op
+from ..core.descriptor import Descriptor
+from ..core.errors import InvalidArgumentError
+from ..core.ops import Op
 from . import sources
 from .contract import CONTROL, DIRECT_THREADS, LL_LINES, LL_THREADS
 from .launcher import BoundLaunch, PackedLaunch, function_handle
@@ -180,7 +180,7 @@ class DirectKernels:
                                  self._ctl_ptr, int((src | out) % 16 == 0), desc[0], desc[1])
 
     def notice(self, desc: Descriptor, stream) -> None:
-        """Enqueue a notice carrying ``desc`` (a kind of :mod:`mpiring.descriptor` other than
+        """Enqueue a notice carrying ``desc`` (a kind of :mod:`mpiring.core.descriptor` other than
         ``CALL``): this rank's part in a GPU call it cannot run (``csrc/notice.cu``)."""
         if self._notice is None:
             self._notice = function_handle(_module(_NOTICE_SOURCE).get_function("notice"))

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from mpi4py import MPI
 
-from ..errors import SetupError
-from ..setup_steps import allgather
-from ..signals import Waiter
+from ..core.errors import SetupError
+from ..node.setup_steps import allgather
+from ..node.signals import Waiter
 from .layout import ALLOC_ALIGN
 from .resources import LIVE
 

@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from ..ops import Op
+from ..core.ops import Op
 from . import sources
 from .launcher import PackedLaunch, function_handle
 

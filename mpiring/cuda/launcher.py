@@ -69,7 +69,7 @@ class PackedLaunch:
 
 class BoundLaunch:
     """One kernel launch with every argument fixed: calling it with a stream enqueues the
-    kernel there with one driver call, nothing packed (the eager fast path, ``mpiring.replay``).
+    kernel there with one driver call, nothing packed (the eager fast path, ``mpiring.call.replay``).
 
     Memory: one buffer of 8 bytes per parameter and its pointer array (112 bytes for the
     direct kernels' seven)."""

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import settings
-from ..errors import InvalidArgumentError
+from ..core import settings
+from ..core.errors import InvalidArgumentError
 
 ALLOC_ALIGN = 2 << 20  # the granularity CUDA IPC exports anyway
 REGION_ALIGN = 64 << 10

@@ -10,8 +10,8 @@ the wait releases.
 
 from __future__ import annotations
 
-from ..errors import SetupError
-from ..install import cuda_choices
+from ..core.errors import SetupError
+from ..core.install import cuda_choices
 
 
 class StreamMemOps:

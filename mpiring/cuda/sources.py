@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..ops import DTYPES, OPS, REDUCTIONS, Op
+from ..core.ops import DTYPES, OPS, REDUCTIONS, Op
 
 CSRC = Path(__file__).with_name("csrc")
 
@@ -71,7 +71,7 @@ def _inline(name: str, seen: set[str]) -> str:
 
 def kernel_name(kernel: str, dtype: str, op: Op) -> str:
     """The name expression of ``kernel`` ("fold", "oneshot", "twoshot", "oneshot_ll") for a dtype name and op
-    (one of :data:`mpiring.ops.REDUCTIONS`: ``avg`` has no functor, it folds as ``sum``)."""
+    (one of :data:`mpiring.core.ops.REDUCTIONS`: ``avg`` has no functor, it folds as ``sum``)."""
     functor = OPS[op].cuda
     if functor is None:
         raise KeyError(f"op {op.name.lower()} has no kernel of its own: it folds as sum")

@@ -18,9 +18,9 @@ import logging
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import SetupError
-from ..setup_steps import allgather
-from ..signals import Waiter
+from ..core.errors import SetupError
+from ..node.setup_steps import allgather
+from ..node.signals import Waiter
 from .layout import MAX_RANKS, StagingLayout
 from .resources import LIVE
 

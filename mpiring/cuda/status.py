@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .. import descriptor
-from ..errors import MpiringError, MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
+from ..core import descriptor
+from ..core.errors import (
+    MpiringError,
+    MpiringTimeoutError,
+    PeerArgumentError,
+    PeerFailedError,
+    RankMismatchError,
+)
 
 # The words' layout and values: one place for the host (contract.py), mirrored by the kernels'
 # csrc/status.cuh (ST_*), which also holds report() and report_mismatch(), the device side.

@@ -33,9 +33,8 @@ from typing import cast
 
 import numpy as np
 
-from ..errors import MpiringError, MpiringTimeoutError
-from ..schedule import RingPlan
-from ..stall import ProgressClock, stall_error
+from ..core.errors import MpiringError, MpiringTimeoutError
+from ..node.timeouts import ProgressClock
 from .contract import MM_COUNT
 from .layout import StagingLayout
 from .memops import StreamMemOps
@@ -95,13 +94,18 @@ def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> 
 
 
 Flags = tuple[tuple[int, int], tuple[int, int]]  # (full[0], full[1]), (free[0], free[1])
+# The engine's diagnosis of a stalled ring call from this rank's flags (full, free): the watchdog
+# reads the flags, the ring layer (mpiring.ring.stall) knows what they mean.
+Diagnose = Callable[[tuple[int, int], tuple[int, int]], MpiringError]
 
 
 @dataclass
 class _Call:
     start: int  # event recorded on the caller's stream before the call
     end: int  # ... and after it
-    plan: RingPlan | None  # None: a call of the event-signalled ring (no flags to diagnose)
+    # What the ring's flags say of where the call is stuck (full, free) -> the error; None: a
+    # call of the event-signalled ring (no flags to diagnose).
+    diagnose: Diagnose | None
     base: int  # sequence number of its first transfer
     progress: Callable[[], Hashable] | None = None  # the event ring's: what it sees move instead
     clock: ProgressClock | None = None  # from when the watchdog first saw it running
@@ -158,14 +162,16 @@ class Watchdog:
                 self._cond.wait(POLL)
             return self._free.pop()
 
-    def watch(self, events: tuple[int, int], plan: RingPlan | None, base: int,
+    def watch(self, events: tuple[int, int], base: int, diagnose: Diagnose | None,
               progress: Callable[[], Hashable] | None = None) -> None:
-        """Follow a ring call whose start and end events were recorded around it. A call of the
-        event ring (``plan`` None) has no flags: ``progress()``, if given, is what moves as it
-        does (read from this thread)."""
+        """Follow a ring call whose start and end events were recorded around it; ``base`` is
+        the sequence number of its first transfer. ``diagnose(full, free)``: the error of the
+        call stuck with this rank's flags at those values. A call of the event ring
+        (``diagnose`` None) has no flags: ``progress()``, if given, is what moves as it does
+        (read from this thread)."""
         with self._cond:
             idle = not self._pending
-            self._pending.append(_Call(events[0], events[1], plan, base, progress))
+            self._pending.append(_Call(events[0], events[1], diagnose, base, progress))
             if idle:  # the thread sleeps on the condition only while nothing is pending: waking
                 self._cond.notify_all()  # it per call costs the caller GIL hand-offs
 
@@ -248,7 +254,7 @@ class Watchdog:
         """What the call shows of its progress now: this rank's ring flags (written by its
         peers as the call moves); for the event ring, its ``progress()``. None: nothing to see,
         or a read of the flags that did not complete within a second."""
-        if call.plan is None:
+        if call.diagnose is None:
             return None if call.progress is None else call.progress()
         rt, lay = self._rt, self.layout
         rt.memcpyAsync(self._flags_ptr, self.staging.addr(self.rank, 0), self._flags.nbytes,
@@ -269,7 +275,7 @@ class Watchdog:
         """The call went the timeout without progress: name the late peer from ``flags`` (what
         :meth:`_read` just saw), then abort."""
         lay = self.layout
-        if call.plan is None:  # the event ring: its GPU waits are on events, not on our flags
+        if call.diagnose is None:  # the event ring: its GPU waits are on events, not on our flags
             self.error = MpiringTimeoutError(
                 self.me, self.timeout, "the event-signalled ring call to finish on the GPU (a "
                 "peer's copy or fold never completed)", hint=ABORT_HINT,
@@ -278,8 +284,7 @@ class Watchdog:
             return
         if flags is not None:
             full, free = cast(Flags, flags)
-            self.error = stall_error(call.plan, self.rank, call.base, full, free, self.timeout,
-                                     ABORT_HINT, self.names)
+            self.error = call.diagnose(full, free)
         else:
             self.error = MpiringTimeoutError(
                 self.me, self.timeout, "the ring call to finish on the GPU (this rank's flags "

@@ -220,7 +220,7 @@ def test_rank_never_joins_setup(tmp_path: Path) -> None:
     """Rank 2 never creates the communicator: ranks 0 and 1 raise MpiringTimeoutError from set-up
     within the timeout, saying 2 of 3 ranks joined and naming rank 2. Protection: the bounded
     join rendezvous before any blocking collective of set-up (MPI_Comm_dup would wait for ever).
-    The rank whose timeout expires first ends set-up for both (mpiring.rendezvous), so the other
+    The rank whose timeout expires first ends set-up for both (mpiring.node.rendezvous), so the other
     may raise a little before its own timeout would have."""
     job = run_scenario(tmp_path, "setup", victim=2)
     waited = []

@@ -60,7 +60,7 @@ def test_a_rank_failing_mid_call_stops_the_other_node_at_once(tmp_path: Path, ra
     node) and the ranks of node 1 (waiting on their rails; uneven: rank 2 in the leaders'
     allreduce) raise PeerFailedError naming rank 1 and its error within QUICK seconds, not after
     the 60 s timeout, and nobody reports success. Protection: the failure notice across nodes
-    (mpiring.notice); before it, node 1's ranks waited for the whole timeout (issue 25, item 7).
+    (mpiring.node.notice); before it, node 1's ranks waited for the whole timeout (issue 25, item 7).
     In a fault job of its own: the rails' abandoned MPI_Iallreduce would stay pending in a
     test process (on some ranks only), and with it their communicators' context ids."""
     job = run_scenario(tmp_path, "fold-raise", victim=1, ranks=ranks, timeout=60.0, limit=45.0,

@@ -110,7 +110,7 @@ def test_random_floats_identical_on_every_rank(comm):
     everyone = WORLD.allgather(cupy.asnumpy(x))
     exact = np.sum(np.stack(everyone).astype(np.float64), axis=0)
     errors = []
-    bound = mpiring.ops.tolerance(np.float32, WORLD.size) * np.sum(np.abs(np.stack(everyone)), axis=0)
+    bound = mpiring.core.ops.tolerance(np.float32, WORLD.size) * np.sum(np.abs(np.stack(everyone)), axis=0)
     for algo in runnable(ALGOS):
         n = fit(algo, x.size, x.dtype)
         out = cupy.full_like(x[:n], np.nan)
@@ -354,7 +354,7 @@ def test_create_close_cycles_do_not_grow_memory():
 @pytest.mark.mpi(min_size=2)
 def test_torch_tensors_including_bfloat16(comm):
     torch = pytest.importorskip("torch")
-    if mpiring.ops.bfloat16_dtype() is None:
+    if mpiring.core.ops.bfloat16_dtype() is None:
         pytest.skip("bfloat16 needs ml_dtypes")
     device = torch.device("cuda", comm.device)
     errors = []

@@ -2,7 +2,7 @@
 every CuPy floating dtype, in and out of place, inside a CUDA graph, and integers refused.
 
 Inputs are small integers, so every sum is exact and mpiring's rows (sum, then divide once by
-the rank count: ``mpiring.ops.divide_by_ranks``) must give the host rule's bits exactly. NCCL
+the rank count: ``mpiring.core.ops.divide_by_ranks``) must give the host rule's bits exactly. NCCL
 averages by its own rule (``ncclAvg``): within one rounding of sum / n.
 """
 
@@ -17,8 +17,8 @@ from mpi4py import MPI
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.buffers import Memory
-from mpiring.ops import divide_by_ranks
+from mpiring.core.buffers import Memory
+from mpiring.core.ops import divide_by_ranks
 
 FLOATS = ["float16", "float32", "float64"]
 RANK = WORLD.rank

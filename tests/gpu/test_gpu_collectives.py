@@ -15,7 +15,7 @@ from mpi4py import MPI
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.buffers import Memory
+from mpiring.core.buffers import Memory
 
 RANK, SIZE = WORLD.rank, WORLD.size
 RS = block_algorithms(Memory.CUDA, Collective.REDUCE_SCATTER)

@@ -20,8 +20,8 @@ from matrix import OPS  # noqa: E402
 from mpi4py import MPI
 
 import mpiring
-from mpiring.backends.gpu_hier import cuda_aware_mpi
-from mpiring.topology import VIRTUAL_NODES
+from mpiring.context.gpu_hier import cuda_aware_mpi
+from mpiring.core.topology import VIRTUAL_NODES
 
 RANK, SIZE = WORLD.rank, WORLD.size
 pytestmark = [pytest.mark.mpi(min_size=2),

@@ -20,7 +20,7 @@ from mpi4py import MPI
 import mpiring
 
 ALGOS = ["ring", "oneshot", "twoshot", "oneshot-ll", "auto", "nccl", "nccl-ring"]
-OPS = list(mpiring.ops.REDUCTIONS)
+OPS = list(mpiring.core.ops.REDUCTIONS)
 RANK = WORLD.rank
 GUARD = 64  # elements per guard region: 128 bytes or more, a multiple of 16 bytes
 

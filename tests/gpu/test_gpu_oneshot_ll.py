@@ -31,7 +31,7 @@ def test_ten_thousand_calls_on_changing_data_with_a_straggler():
     slot): every element of every call checked, in groups of 32 enqueued back to back."""
     chance = random.Random(2026)  # the same draws on every rank: the calls are collective
     dtypes = ("float32", "float16", "float64", "int32", "int64")
-    ops = list(mpiring.ops.REDUCTIONS)
+    ops = list(mpiring.core.ops.REDUCTIONS)
     errors: list[str] = []
     with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
         stream = cupy.cuda.get_current_stream()

@@ -1,5 +1,5 @@
 """Issue 17 on the GPU path: the set-up agreement and the thread guard are the host's code
-(mpiring.consensus in the set-up allgather; the lock in Communicator); these check them with
+(mpiring.core.consensus in the set-up allgather; the lock in Communicator); these check them with
 gpu=True. Run: ``mpiexec -n 2 python -m pytest -q --with-mpi tests/gpu/test_gpu_reliability.py``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The eager fast path on the GPU (mpiring.replay): once a call of oneshot, twoshot or
+"""The eager fast path on the GPU (mpiring.call.replay): once a call of oneshot, twoshot or
 oneshot-ll has run, later calls of the same shape are replayed (one launch with pre-packed
 arguments, and the agreement check's post) instead of planned afresh. Thousands of replayed
 calls on changing data, with GPU stragglers, are exact on every element; a replay launches on
@@ -91,8 +91,9 @@ def test_a_replay_launches_on_the_current_stream(algo):
                 gpu_nap(s, 20e-6)  # the call must wait for this
                 cupy.add(base, call % 5, out=x)
                 c.Allreduce(x, out)
-                if c._gpu._last_stream.ptr != s.ptr:
-                    problems.append(f"call {call} ran on stream {c._gpu._last_stream.ptr:#x}, not {s.ptr:#x}")
+                ran_on = c._held.gpu._last_stream.ptr
+                if ran_on != s.ptr:
+                    problems.append(f"call {call} ran on stream {ran_on:#x}, not {s.ptr:#x}")
                 wrong += cupy.count_nonzero(out != want + SIZE * (call % 5))
             previous = s
         c.synchronize()

@@ -5,7 +5,7 @@ boundary (oneshot-ll's and oneshot's limits, twoshot's 32 MiB chunk) from 1 elem
 and out of place, eager and replayed from a CUDA graph; the other rows refused by name.
 
 The reference is computed on the GPU in the same order and types as
-:func:`mpiring.reproducible.reference` (checked against that numpy function on the smaller sizes).
+:func:`mpiring.core.reproducible.reference` (checked against that numpy function on the smaller sizes).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from gpu_helpers import LIMITS, WORLD, agree
 from mpi4py import MPI
 
 import mpiring
-from mpiring.ops import Op
-from mpiring.reproducible import reference
+from mpiring.core.ops import Op
+from mpiring.core.reproducible import reference
 
 try:
     import torch
@@ -67,7 +67,7 @@ def raw_bits(x) -> cupy.ndarray:
 
 
 def gpu_reference(xs: list, op: Op) -> object:
-    """:func:`mpiring.reproducible.reference` on the GPU: rank order, float32 for 2-byte floats."""
+    """:func:`mpiring.core.reproducible.reference` on the GPU: rank order, float32 for 2-byte floats."""
     bf16 = torch is not None and isinstance(xs[0], torch.Tensor)
     widen = (lambda x: cupy.from_dlpack(x.float())) if bf16 else (
         lambda x: x.astype(cupy.float32 if x.dtype == cupy.float16 else x.dtype))

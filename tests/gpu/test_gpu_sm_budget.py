@@ -20,7 +20,7 @@ from gpu_helpers import WORLD, agree, fit, poison, rank_input, reference, runnab
 from mpi4py import MPI
 
 import mpiring
-from mpiring.errors import InvalidArgumentError
+from mpiring.core.errors import InvalidArgumentError
 
 RANK, SIZE = WORLD.rank, WORLD.size
 BUDGET = 8

@@ -39,7 +39,7 @@ IDENTICAL_EVERY = 500  # every this many calls, one output is compared across ra
 STREAMS = 3
 ALGOS = ("ring", "oneshot", "twoshot", "auto")
 DTYPES = ("float16", "float32", "float64", "int32", "int64")
-OPS = mpiring.ops.REDUCTIONS
+OPS = mpiring.core.ops.REDUCTIONS
 PLACEMENTS = ("out", "in", "pooled", "pooled-in")
 # One-shot takes messages up to a 4 MiB slot / ranks (1 MiB on up to 4 ranks).
 ONESHOT_LIMIT = min(1 << 20, (4 << 20) // WORLD.size // 16 * 16)

@@ -23,7 +23,7 @@ from gpu_helpers import WORLD, agree
 from send_hooks import hook_sends
 
 import mpiring
-from mpiring.errors import MpiringTimeoutError, PeerFailedError
+from mpiring.core.errors import MpiringTimeoutError, PeerFailedError
 
 T = 1.0  # the communicators' timeout, s
 STEP = 0.2  # how long the slow rank's host sleeps before each send it enqueues
@@ -49,7 +49,7 @@ def ring_transport(comm: mpiring.Communicator, algo: str) -> Any:
     if algo == "ring-events":
         comm.Allreduce(cupy.ones(8, cupy.float32), cupy.empty(8, cupy.float32), algorithm=algo)
         comm.synchronize()
-        return comm._gpu._events_ring[1]
+        return comm._held.gpu._events_ring[1]
     return comm.ring_pipeline(gpu=True).transport
 
 

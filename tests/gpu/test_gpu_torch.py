@@ -107,9 +107,9 @@ def test_in_place_and_allreduce_return_torch(comm):
 
 
 def test_a_tensors_cupy_view_is_made_when_read_over_the_same_memory(comm) -> None:
-    """describe() leaves CuPy's view of a tensor unmade (mpiring.buffers.LazyView); read, it is
+    """describe() leaves CuPy's view of a tensor unmade (mpiring.core.buffers.LazyView); read, it is
     a flat CuPy array over the tensor's memory, and a part's view the matching slice."""
-    from mpiring.buffers import LazyView, describe
+    from mpiring.core.buffers import LazyView, describe
 
     t = torch.arange(12, dtype=torch.float32, device=f"cuda:{comm.device}").reshape(3, 4)
     buf = describe(t, "recvbuf")

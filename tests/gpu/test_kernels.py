@@ -17,11 +17,11 @@ import pytest
 cupy = pytest.importorskip("cupy")  # tests/gpu/conftest.py skips too; this file also stands alone
 
 from mpiring import cuda  # noqa: E402
+from mpiring.core.ops import DTYPES, OPS, REDUCTIONS, Op, divide_by_ranks  # noqa: E402
 from mpiring.cuda import contract, sources  # noqa: E402
 from mpiring.cuda.direct_kernels import DirectKernels  # noqa: E402
 from mpiring.cuda.fold_kernel import FoldKernel  # noqa: E402
 from mpiring.cuda.layout import StagingLayout  # noqa: E402
-from mpiring.ops import DTYPES, OPS, REDUCTIONS, Op, divide_by_ranks  # noqa: E402
 
 if not cuda.available():
     pytest.skip("no CUDA GPU visible", allow_module_level=True)
@@ -152,7 +152,7 @@ def test_fold_of_nothing_launches_nothing(device: int, guard) -> None:
 @pytest.mark.parametrize("ranks", [1, 2, 3, 7])
 @pytest.mark.parametrize("dtype_name", sources.averaged_dtypes())
 def test_average_matches_the_host_rule_bit_for_bit(device: int, guard, dtype_name: str, ranks: int) -> None:
-    """out /= ranks (op avg) equals mpiring.ops.divide_by_ranks, the host's rule, on odd counts,
+    """out /= ranks (op avg) equals mpiring.core.ops.divide_by_ranks, the host's rule, on odd counts,
     an odd offset and a grid too small for one pass; the poison guards around it survive."""
     dtype = _np_dtype(dtype_name)
     rng = np.random.default_rng([DTYPES[dtype_name].code, ranks])

@@ -16,7 +16,7 @@ import pytest
 from matrix import HOST_DTYPES, OPS, PLACEMENTS  # noqa: F401 - OPS: re-exported for the tests
 from mpi4py import MPI
 
-from mpiring.ops import Op, dtype_row, is_integer, tolerance
+from mpiring.core.ops import Op, dtype_row, is_integer, tolerance
 
 world = MPI.COMM_WORLD
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -19,7 +19,7 @@ from mpi_support import all_ok
 from mpiring.bench.__main__ import main
 from mpiring.bench.collectives import element_counts
 from mpiring.bench.sizes import sweep
-from mpiring.topology import VIRTUAL_NODES
+from mpiring.core.topology import VIRTUAL_NODES
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

@@ -19,14 +19,7 @@ from mpiring.bench.__main__ import main
 from mpiring.bench.algorithms import default_sweep
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
-from mpiring.bench.measure import (
-    Point,
-    PointMeasurer,
-    SizeBuffers,
-    StageFailed,
-    TimingPolicy,
-    agree,
-)
+from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, StageFailed, TimingPolicy, agree
 from mpiring.bench.stats import bus_factor
 
 pytestmark = pytest.mark.mpi(min_size=2)

@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 import mpiring
-from mpiring.errors import PeerArgumentError, RankMismatchError
+from mpiring.core.errors import PeerArgumentError, RankMismatchError
 
 CALLS = 2000
 
@@ -23,7 +23,7 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
     those calls and writes nothing, and every other call is exact."""
     size, me = world.size, world.rank
     with mpiring.Communicator(world, gpu=False, timeout=60.0) as comm:
-        assert (comm._check.agreement._lines is not None) == (comm.topology.nodes == 1)
+        assert (comm._held.check.agreement._lines is not None) == (comm.topology.nodes == 1)
         plan = np.random.default_rng(2026)  # the same sequence on every rank
         mine = np.random.default_rng(100 + me)  # stragglers differ per rank
         for k in range(CALLS):
@@ -41,7 +41,7 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
                 x = np.concatenate([x, x[:1]])  # one element more than the others
             out = np.full(x.size, -99, dtype=dtype)
             if rejected and me == rejecter:
-                with pytest.raises(mpiring.errors.InvalidArgumentError):
+                with pytest.raises(mpiring.core.errors.InvalidArgumentError):
                     comm.Allreduce(x, out, op="bogus", algorithm=algorithm)
             elif mismatch or rejected:
                 with pytest.raises(RankMismatchError if mismatch else PeerArgumentError):
@@ -60,10 +60,10 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
 def _gpu_check(world: MPI.Intracomm):
     """The host side of the GPU-side check, on host ranks: an AgreementCheck whose "oneshot"
     calls (a GPU-checked code) are only posted, and a notify that records what it is sent."""
-    from mpiring.agreement import FIELDS
+    from mpiring.call.agreement import FIELDS
 
     comm = mpiring.Communicator(world, gpu=False, timeout=60.0)
-    check = comm._check.agreement
+    check = comm._held.check.agreement
     if check._lines is None:
         comm.close()
         pytest.skip("several (virtual) nodes: no row checks on the GPU there")
@@ -74,7 +74,7 @@ def _gpu_check(world: MPI.Intracomm):
     def values(algorithm: str, count: int) -> dict[str, int]:
         v = dict.fromkeys(FIELDS, 0)
         v.update(count=count, dtype=1, op=1, algorithm=mpiring.algorithms.get(algorithm).code,
-                 memory=int(mpiring.buffers.Memory.CUDA), collective=1)
+                 memory=int(mpiring.core.buffers.Memory.CUDA), collective=1)
         return v
 
     return comm, check, sent, values
@@ -106,7 +106,7 @@ def test_a_host_checked_rank_notices_a_peer_whose_kernel_waits(world: MPI.Intrac
     others' are posted for their kernels (oneshot): the last rank raises at once and sends a
     notice (DISAGREED with its own fields, or REJECTED), the others do not wait; calls after
     it agree again."""
-    from mpiring import descriptor
+    from mpiring.core import descriptor
 
     comm, check, sent, values = _gpu_check(world)
     last = world.rank == world.size - 1

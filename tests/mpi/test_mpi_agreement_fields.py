@@ -23,7 +23,7 @@ from mpi4py import MPI
 from mpi_support import all_ok, attempt, expect_raised
 
 import mpiring
-from mpiring.errors import RankMismatchError
+from mpiring.core.errors import RankMismatchError
 
 pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD

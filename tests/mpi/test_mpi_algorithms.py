@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 import mpiring
 from mpiring import algorithms
-from mpiring.buffers import Memory
+from mpiring.core.buffers import Memory
 
 
 @pytest.mark.mpi

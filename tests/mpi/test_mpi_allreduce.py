@@ -20,8 +20,8 @@ from mpi_support import (
 )
 
 import mpiring
-from mpiring.ops import Op
-from mpiring.schedule import RingPlan, choose_batches, default_batches
+from mpiring.core.ops import Op
+from mpiring.ring.schedule import RingPlan, choose_batches, default_batches
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

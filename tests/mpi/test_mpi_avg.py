@@ -26,9 +26,9 @@ from mpi_support import (
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.buffers import Memory
-from mpiring.ops import Op, is_integer
-from mpiring.topology import VIRTUAL_NODES
+from mpiring.core.buffers import Memory
+from mpiring.core.ops import Op, is_integer
+from mpiring.core.topology import VIRTUAL_NODES
 
 pytestmark = pytest.mark.mpi(min_size=1)
 world = MPI.COMM_WORLD

@@ -23,8 +23,8 @@ from mpi_support import (
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.buffers import Memory
-from mpiring.ops import Op
+from mpiring.core.buffers import Memory
+from mpiring.core.ops import Op
 
 pytestmark = pytest.mark.mpi(min_size=1)
 world = MPI.COMM_WORLD

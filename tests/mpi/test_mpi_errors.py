@@ -11,15 +11,9 @@ from mpi4py import MPI
 from mpi_support import BF16, all_ok, attempt, expect_raised, reduce_and_check
 
 import mpiring
-from mpiring import (
-    InvalidArgumentError,
-    MpiringError,
-    PeerArgumentError,
-    RankMismatchError,
-    UnavailableError,
-)
-from mpiring.errors import PeerFailedError
-from mpiring.ops import Op
+from mpiring import InvalidArgumentError, MpiringError, PeerArgumentError, RankMismatchError, UnavailableError
+from mpiring.core.errors import PeerFailedError
+from mpiring.core.ops import Op
 
 COUNT = 1000
 Call = Callable[[mpiring.Communicator], Any]

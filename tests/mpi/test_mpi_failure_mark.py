@@ -17,9 +17,9 @@ from mpi_support import all_ok, attempt, expect_raised, reduce_and_check
 
 import mpiring
 from mpiring import CommunicatorClosedError, MpiringTimeoutError
-from mpiring.errors import PeerFailedError
-from mpiring.ops import Op
-from mpiring.setup_steps import allgather
+from mpiring.core.errors import PeerFailedError
+from mpiring.core.ops import Op
+from mpiring.node.setup_steps import allgather
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

@@ -28,8 +28,8 @@ from mpi_support import (
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.ops import Op
-from mpiring.topology import VIRTUAL_NODES, virtual_node_sizes
+from mpiring.core.ops import Op
+from mpiring.core.topology import VIRTUAL_NODES, virtual_node_sizes
 
 pytestmark = pytest.mark.mpi(min_size=1)
 world = MPI.COMM_WORLD

@@ -12,14 +12,9 @@ from mpi4py import MPI
 from mpi_support import DTYPES, all_ok, attempt, expect_raised, growth, reduce_and_check, resources
 
 import mpiring
-from mpiring import (
-    CommunicatorClosedError,
-    InvalidArgumentError,
-    MpiringTimeoutError,
-    UnavailableError,
-)
-from mpiring.errors import PeerFailedError
-from mpiring.ops import Op
+from mpiring import CommunicatorClosedError, InvalidArgumentError, MpiringTimeoutError, UnavailableError
+from mpiring.core.errors import PeerFailedError
+from mpiring.core.ops import Op
 
 pytestmark = pytest.mark.mpi(min_size=1)
 
@@ -326,7 +321,7 @@ def test_agreement_timeout_when_a_rank_skips_a_call(world: MPI.Intracomm) -> Non
     skip = size // 2
     comm = new_comm(world, timeout=0.5)
     problems = reduce_and_check(comm, np.dtype(np.int32), Op.MAX, 777, "out", seed=4, label="warm-up")
-    call = comm._check.agreement.calls + 1
+    call = comm._held.check.agreement.calls + 1
     if me == skip:
         problems += late_close(comm, 1.5)
     else:

@@ -9,9 +9,9 @@ from mpi4py import MPI
 from mpi_support import all_ok, attempt, expect_raised
 
 import mpiring
-from mpiring.errors import InvalidArgumentError, PeerArgumentError, SetupError
-from mpiring.groups import open_communicators
-from mpiring.options import MAX_SLOT_BYTES
+from mpiring.call.options import MAX_SLOT_BYTES
+from mpiring.core.errors import InvalidArgumentError, PeerArgumentError, SetupError
+from mpiring.node.groups import open_communicators
 
 world = MPI.COMM_WORLD
 

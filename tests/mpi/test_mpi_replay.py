@@ -1,4 +1,4 @@
-"""The eager fast path (mpiring.replay) through the communicator, on host memory: a toy row
+"""The eager fast path (mpiring.call.replay) through the communicator, on host memory: a toy row
 with a ``bind`` entry, and host arrays dressed as CuPy ones so that calls have a key. Calls of
 a shape seen before are replayed (not planned afresh), over thousands of calls on changing
 data with stragglers, every element checked; other shapes, ops and algorithms take the full
@@ -18,7 +18,7 @@ from mpi_support import all_ok
 
 import mpiring
 from mpiring import algorithms
-from mpiring.replay import Replays
+from mpiring.call.replay import Replays
 
 world = MPI.COMM_WORLD
 REPLAYED: list[int] = []  # one entry per replayed call
@@ -35,7 +35,7 @@ ROW = dataclasses.replace(toy_algorithm.ROW, name="toy-replayed", code=98, bind=
 
 
 class Keyed:
-    """A host array with what mpiring.replay's key reads off a CuPy array (``data.ptr``,
+    """A host array with what mpiring.call.replay's key reads off a CuPy array (``data.ptr``,
     ``shape``, ``strides``, ``dtype``), described to mpiring through DLPack."""
 
     def __init__(self, a: np.ndarray) -> None:
@@ -59,7 +59,7 @@ def row():
 
 def keyed_comm(**kwargs) -> mpiring.Communicator:
     comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
-    comm._replays = Replays(Keyed)  # what a GPU communicator keys on: here, the stand-in
+    comm._held.replays = Replays(Keyed)  # what a GPU communicator keys on: here, the stand-in
     return comm
 
 

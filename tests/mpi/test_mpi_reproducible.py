@@ -1,5 +1,5 @@
 """``reproducible=True`` on host arrays (1-4 ranks): every element of every result bit-equal to
-mpiring.reproducible.reference, over random normal data of every dtype and op, fuzzed counts
+mpiring.core.reproducible.reference, over random normal data of every dtype and op, fuzzed counts
 that cross the staging's chunk boundaries, in and out of place, Allreduce and
 Reduce_scatter_block; the same bits from staging of any size; rows that do not keep rank order
 refused by name on every rank; the setting shared at set-up."""
@@ -12,9 +12,9 @@ from mpi4py import MPI
 from mpi_support import BF16, all_ok, attempt, expect_raised, gather_inputs
 
 import mpiring
-from mpiring.errors import InvalidArgumentError, SetupError
-from mpiring.ops import Op, is_integer
-from mpiring.reproducible import reference
+from mpiring.core.errors import InvalidArgumentError, SetupError
+from mpiring.core.ops import Op, is_integer
+from mpiring.core.reproducible import reference
 
 pytestmark = pytest.mark.mpi(min_size=1)
 world = MPI.COMM_WORLD

@@ -16,8 +16,9 @@ from mpi4py import MPI
 from mpi_support import all_ok, attempt, expect_raised
 
 import mpiring
-from mpiring import InvalidArgumentError, SetupError, machine, tuning
-from mpiring.machine import MachineKey
+from mpiring import InvalidArgumentError, SetupError
+from mpiring.auto import machine, tuning
+from mpiring.auto.machine import MachineKey
 
 pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD

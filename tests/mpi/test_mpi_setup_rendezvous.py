@@ -28,8 +28,8 @@ from mpi_support import all_ok, attempt, expect_raised
 
 import mpiring
 from mpiring import MpiringTimeoutError
-from mpiring.errors import PeerFailedError
-from mpiring.setup_steps import JOIN_TAG
+from mpiring.core.errors import PeerFailedError
+from mpiring.node.setup_steps import JOIN_TAG
 
 pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD

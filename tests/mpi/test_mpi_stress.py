@@ -19,7 +19,7 @@ from mpi4py import MPI
 from mpi_support import BF16, DTYPES, all_ok, poison
 
 import mpiring
-from mpiring.ops import Op
+from mpiring.core.ops import Op
 
 pytestmark = pytest.mark.mpi(min_size=1)
 

@@ -26,7 +26,7 @@ from send_hooks import hook_sends
 
 import mpiring
 from mpiring.algorithms import Collective
-from mpiring.errors import MpiringTimeoutError, PeerFailedError
+from mpiring.core.errors import MpiringTimeoutError, PeerFailedError
 
 pytestmark = pytest.mark.mpi(min_size=2)
 world = MPI.COMM_WORLD

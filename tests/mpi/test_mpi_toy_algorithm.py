@@ -78,8 +78,8 @@ def test_agreement_names_the_toy_when_ranks_disagree(comm) -> None:
 
 @pytest.mark.mpi
 def test_toy_is_refused_for_gpu_memory_kinds_it_does_not_serve(comm) -> None:
-    assert NAME in algorithms.names(mpiring.buffers.Memory.HOST)
-    assert NAME not in algorithms.names(mpiring.buffers.Memory.CUDA)
+    assert NAME in algorithms.names(mpiring.core.buffers.Memory.HOST)
+    assert NAME not in algorithms.names(mpiring.core.buffers.Memory.CUDA)
 
 
 @pytest.mark.mpi

@@ -13,9 +13,9 @@ from mpi_support import all_ok, check_result, gather_inputs, make_input
 from trace_checks import span_problems
 
 from mpiring import Communicator, trace
-from mpiring.errors import CommunicatorClosedError
-from mpiring.ops import Op
-from mpiring.transports.tracing import SEND, TracingTransport
+from mpiring.core.errors import CommunicatorClosedError
+from mpiring.core.ops import Op
+from mpiring.ring.transports.tracing import SEND, TracingTransport
 
 world = MPI.COMM_WORLD
 LATE = 0.3  # seconds rank 0 starts late in the straggler test

@@ -1,6 +1,6 @@
 """python -m mpiring.bench.tune on real ranks (host transport): the table file is written once, by
-rank 0, parses with mpiring.algorithms.auto.load, and --merge keeps other rank counts' tables;
-python -m mpiring.tune writes the user's table for this machine, which auto then uses.
+rank 0, parses with mpiring.auto.table.load, and --merge keeps other rank counts' tables;
+mpiring-tune writes the user's table for this machine, which auto then uses.
 
 Run:  mpiexec -n 4 python -m pytest --with-mpi tests/mpi/test_tune_mpi.py
 """
@@ -14,12 +14,12 @@ from mpi4py import MPI
 from mpi_support import HostTimeline
 
 import mpiring
-from mpiring import machine
-from mpiring import tune as entry
-from mpiring import tuning as tuning_lookup
-from mpiring.algorithms import auto as tuning
+from mpiring.auto import machine
+from mpiring.auto import table as tuning
+from mpiring.auto import tuning as tuning_lookup
+from mpiring.auto.machine import MachineKey
 from mpiring.bench import tune
-from mpiring.machine import MachineKey
+from mpiring.bench import tune as entry
 
 pytestmark = pytest.mark.mpi(min_size=1)
 
@@ -93,7 +93,7 @@ def test_missing_merge_file_stops_before_measuring(shared, capsys):
     verdict(problems)
 
 
-# -- python -m mpiring.tune: the user's table, which auto then uses by itself ---------------------
+# -- mpiring-tune: the user's table, which auto then uses by itself ---------------------
 
 
 def user_dir(shared: Path, monkeypatch) -> Path:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mpiring.algorithms import auto as tuning
 from mpiring.algorithms import auto_candidates
+from mpiring.auto import table as tuning
 from mpiring.bench.results import read_csv, write_csv
 from mpiring.bench.tunefile import table_json
 from tools import shipped

@@ -13,7 +13,7 @@ from mpi4py import MPI
 from trace_checks import span_problems
 
 from mpiring.bench.metadata import provenance
-from mpiring.transports.tracing import Span
+from mpiring.ring.transports.tracing import Span
 from tools import timeline
 
 

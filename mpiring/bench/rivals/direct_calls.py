@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import InvalidArgumentError
-from ...install import cuda_choices
+from ...core.errors import InvalidArgumentError
+from ...core.install import cuda_choices
 from ..measure import agree
 from .base import Rival, RivalContext, device_pointer, missing
 from .env import multicast_off

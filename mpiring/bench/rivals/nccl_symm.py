@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...install import pip_install
+from ...core.install import pip_install
 from ..measure import agree
 from .base import Rival, RivalContext, current_stream_pointer, device_pointer, missing
 from .env import multicast_off

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...timeouts import TimeoutPolicy
+from ...node.timeouts import TimeoutPolicy
 from ..collectives import ALLREDUCE
 from ..measure import Outcome, Point, PointMeasurer, StageFailed, agree
 from ..sizes import format_size

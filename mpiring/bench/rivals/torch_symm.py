@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import InvalidArgumentError
+from ...core.errors import InvalidArgumentError
 from ..measure import agree
 from .base import Rival, RivalContext, element_count, missing
 from .env import multicast_off

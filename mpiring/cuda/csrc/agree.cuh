@@ -1,7 +1,7 @@
 // The agreement check on the GPU, shared by every kernel of a GPU-checked row (oneshot,
 // twoshot: direct.cu; oneshot-ll: oneshot_ll.cu) and by the notice kernel (notice.cu), which a
 // rank launches instead of its call when that call cannot run on the GPU this time (see
-// mpiring/descriptor.py for the descriptor and the notice kinds).
+// mpiring/core/descriptor.py for the descriptor and the notice kinds).
 //
 // Call numbers. ll_state[0] counts this rank's finished GPU-checked calls (notices included):
 // equal on every rank, since every rank takes part in every such call. Call c uses header
@@ -43,7 +43,7 @@
 
 typedef unsigned int u32;
 
-// A call's descriptor (mpiring/descriptor.py): word 0 is its count; word 1 packs, by (first
+// A call's descriptor (mpiring/core/descriptor.py): word 0 is its count; word 1 packs, by (first
 // bit:bits), the fields below (tests/test_cuda_contract.py checks this line against the Python):
 // word 1: dtype 0:8, op 8:8, algorithm 16:8, collective 24:8, kind 32:4, memory 36:2, in_place 38:2, batches 40:16, itemsize 56:8
 // agree() compares both words whole, so every field takes part in the check, also those no

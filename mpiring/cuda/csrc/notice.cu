@@ -1,7 +1,7 @@
 // The notice: what a rank launches instead of its call when that call cannot run on the GPU
 // this time (it rejected its own arguments, or its row checks on the host, which found the
 // ranks disagree) while a peer's GPU-checked kernel waits for its descriptor. Launcher:
-// mpiring/cuda/direct_kernels.py (DirectKernels.notice); descriptor: mpiring/descriptor.py.
+// mpiring/cuda/direct_kernels.py (DirectKernels.notice); descriptor: mpiring/core/descriptor.py.
 //
 // It takes part in the GPU call like any GPU-checked kernel (agree.cuh): it posts its
 // descriptor (a notice never equals a call's, so every peer skips the call), waits for every

@@ -7,8 +7,8 @@
 // flushes subnormals to zero (docs/reproducible.md). No CUDA headers: conversions are PTX cvt
 // or bit arithmetic.
 //
-// Every row of mpiring.ops.DTYPES names its struct here (DType.cuda), every row of
-// mpiring.ops.OPS its functor (OpInfo.cuda); tests/test_cuda_sources.py instantiates them all.
+// Every row of mpiring.core.ops.DTYPES names its struct here (DType.cuda), every row of
+// mpiring.core.ops.OPS its functor (OpInfo.cuda); tests/test_cuda_sources.py instantiates them all.
 #ifndef MPIRING_TYPES_CUH
 #define MPIRING_TYPES_CUH
 

@@ -133,7 +133,7 @@ def disable_timeouts(comm: mpiring.Communicator) -> None:
     """The control (``MPIRING_FAULT_UNSAFE=1``): no watchdog verdicts, no kernel clocks."""
     from mpiring.cuda.contract import CONTROL
 
-    g = comm._gpu
+    g = comm._held.gpu
     g.watchdog.timeout = float("inf")
     never = np.array([1 << 62], dtype=np.int64)
     rt = cupy.cuda.runtime

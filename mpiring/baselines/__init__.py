@@ -1,1 +1,0 @@
-"""Baselines mpiring is measured against: NCCL's allreduce and a ring of NCCL send/recv."""

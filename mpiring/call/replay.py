@@ -1,0 +1,177 @@
+"""The eager fast path: a call of a shape seen before is replayed, with nothing decided afresh.
+
+A call's full path describes its buffers, plans it (checks, ``auto``, the descriptor:
+:mod:`mpiring.call.dispatch`), checks it against the peers' calls and enqueues it. Every decision
+on that path depends only on the call's *shape* — the buffers' addresses, shapes, strides
+and dtypes, the op, the algorithm and batches asked for, the collective — and on the
+communicator's fixed settings (and, for some rows of ``auto``, on whether a CUDA graph is
+being captured). So once a call of a row with a ``bind`` entry has run, the communicator
+keeps a :class:`Replay`: the row's enqueue with every argument fixed (for the one-launch
+kernels, one ``cuLaunchKernel`` with pre-packed arguments) and what the agreement check
+posts. A later call of the same shape costs a key read off the arrays, one lookup, the
+communicator's health checks, the post and the launch.
+
+Reference semantics, as plain code (``Communicator._collective``)::
+
+    key = replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
+    replay = replays.get(key)          # None: take the full path, which may learn one
+    # with a replay, the call does exactly what the full path would for the same arguments:
+    usable(); post(replay.line) if replay.line is not None else None; replay.enqueue(); check.after()
+
+CuPy arrays and CUDA torch tensors are keyed (their pointer, shape, strides and dtype are
+cheap to read); every other argument type takes the full path. A torch tensor's call, replayed
+or not, runs on torch's current stream (:mod:`mpiring.cuda.streams`), which the communicator
+reads at every such call. A replay is never
+learned for a call that needs more than its launch: the host-side agreement check, ``avg``
+on a row that sums then divides, zero elements, or a call made while a graph is captured.
+Keys include the algorithm table's version (``algorithms.register``), so a new row retires
+every replay. Bounded: at most :data:`MAX_REPLAYS` per communicator (the table is cleared when
+full), each about 1 KiB of host memory; no reference to the arrays is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import algorithms
+from ..core.ops import OPS, Op
+from .agreement import AgreementCheck
+
+if TYPE_CHECKING:
+    from ..algorithms import Collective
+    from .dispatch import Prepared
+
+MAX_REPLAYS = 1024
+Key = tuple[Any, ...]  # a call's shape (Replays.key)
+
+
+class Replay(NamedTuple):
+    """What a replayed call does (see the module docstring)."""
+
+    enqueue: Callable[[], None]  # the row's enqueue with every argument fixed (``Algorithm.bind``)
+    line: np.ndarray | None  # what the agreement check posts (AgreementCheck.line); None: no check
+    # Where a capture begun since could change the row: the backend's ``capturing`` (the full
+    # path runs the call while it says True); None: a capture changes nothing.
+    capturing: Callable[[], bool] | None
+
+
+def _mpi_ops() -> dict[int, Op]:
+    """``id`` of each predefined MPI op -> :class:`Op` (those objects live as long as mpi4py)."""
+    found = {}
+    for info in OPS.values():
+        mpi_op = getattr(MPI, info.mpi, None) if info.mpi else None
+        if mpi_op is not None:
+            found[id(mpi_op)] = info.op
+    return found
+
+
+_IN_PLACE = ("in place",)  # the key of sendbuf None or MPI.IN_PLACE
+
+
+class Replays:
+    """One communicator's replays, and the key of a call (None: the call has no key).
+
+    Args:
+        array_type: the array type keyed by ``data.ptr``, ``shape``, ``strides``, ``dtype``
+            (``cupy.ndarray``); None: no type is.
+        limit: replays kept at most.
+        tensors: whether CUDA torch tensors are keyed too (by ``data_ptr()``, ``shape``,
+            ``stride()``, ``dtype``), once the program has imported torch.
+    """
+
+    def __init__(self, array_type: type | None, limit: int = MAX_REPLAYS, tensors: bool = False) -> None:
+        self.array_type, self.limit = array_type, limit
+        self._table: dict[Key, Replay] = {}
+        self._ops = _mpi_ops()
+        self._tensors = tensors
+        self._tensor_type: type | None = None  # torch.Tensor, looked up once torch is imported
+        self._strided: Any = None  # torch.strided, the dense layout, looked up with it
+
+    @classmethod
+    def for_gpu(cls) -> Replays:
+        """Replays keyed on CuPy arrays (CuPy is imported once a communicator uses GPUs) and
+        CUDA torch tensors."""
+        cupy = sys.modules.get("cupy")
+        return cls(None if cupy is None else cupy.ndarray, tensors=True)
+
+    def is_tensor(self, obj: Any) -> bool:
+        """Whether ``obj`` is exactly a torch tensor (a subclass may change what its data means:
+        the full path then describes it)."""
+        kind = self._tensor_type
+        if kind is None:
+            torch = sys.modules.get("torch") if self._tensors else None
+            if torch is None:
+                return False
+            kind = self._tensor_type = torch.Tensor
+            self._strided = torch.strided
+        return type(obj) is kind
+
+    def _buffer_key(self, buf: Any) -> Key | None:
+        """What a buffer's key holds; None: a type that is not keyed (or a CPU tensor)."""
+        array: Any = self.array_type
+        if type(buf) is array:
+            return (buf.data.ptr, buf.shape, buf.strides, buf.dtype)
+        # A lazy negation shares its base's pointer, shape, strides and dtype: it takes the full
+        # path, whose description refuses it (as it does a sparse tensor, which has no pointer).
+        if self.is_tensor(buf) and buf.is_cuda and buf.layout is self._strided and not buf.is_neg():
+            return (buf.data_ptr(), buf.shape, buf.stride(), buf.dtype)
+        return None
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def key(self, collective: int, sendbuf: Any, recvbuf: Any, op: Any, algorithm: Any,
+            batches: Any) -> Key | None:
+        """The call's shape as a key, or None when an argument is of a type that is not keyed."""
+        array: Any = self.array_type
+        if type(recvbuf) is array and array is not None:  # the common case, inline
+            recv: Key | None = (recvbuf.data.ptr, recvbuf.shape, recvbuf.strides, recvbuf.dtype)
+        else:
+            recv = self._buffer_key(recvbuf)
+            if recv is None:
+                return None
+        if sendbuf is None or sendbuf is MPI.IN_PLACE:
+            send: Key | None = _IN_PLACE
+        else:
+            send = self._buffer_key(sendbuf)
+            if send is None:
+                return None
+        kind = type(op)
+        if kind is Op or kind is str:
+            op_key = op
+        else:
+            op_key = self._ops.get(id(op))
+            if op_key is None:
+                return None
+        if not (algorithm is None or type(algorithm) is str) or not (batches is None or type(batches) is int):
+            return None
+        return (collective, recv, send, op_key, algorithm, batches, algorithms.version())
+
+    def get(self, key: Key | None) -> Replay | None:
+        return None if key is None else self._table.get(key)
+
+    def learn(self, key: Key, replay: Replay) -> None:
+        if len(self._table) >= self.limit:  # bounded: shapes vary without end in some programs
+            self._table.clear()
+        self._table[key] = replay
+
+    def keep(self, key: Key, collective: Collective, prepared: Prepared, checked: bool,
+             host_checked: bool) -> None:
+        """After ``prepared`` ran on the full path: keep its replay if it needs nothing but its
+        launch and, where ``checked``, the check's post (not ``host_checked``: a host wait)."""
+        row = prepared.row
+        if (host_checked or row.bind is None or prepared.run is not row.runner(collective)
+                or prepared.call.recv.count == 0 or prepared.backend.capturing()):
+            return
+        backend = prepared.backend
+        line = AgreementCheck.line(prepared.values) if checked else None
+        self.learn(key, Replay(row.bind(backend, prepared.call), line,
+                               backend.capturing if prepared.ask_capture else None))
+
+    def clear(self) -> None:
+        self._table.clear()
