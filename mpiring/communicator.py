@@ -29,7 +29,7 @@ from .call.agreement import FIELDS
 from .call.dispatch import Dispatcher
 from .call.options import Options, check_comm, empty_like
 from .call.replay import Key, Replay
-from .context.gpu_hier import INTERS
+from .context.rails import INTERS
 from .core.buffers import Memory
 from .core.consensus import REJECTED
 from .core.errors import (

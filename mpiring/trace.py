@@ -102,19 +102,20 @@ def ring_timeline(comm: Any) -> Iterator[RingTimeline]:
     if comm.closed:
         raise CommunicatorClosedError("ring_timeline: this communicator is closed")
     pipeline = comm.ring_pipeline()  # the path whose pipeline runs the ring: GPU where there are GPUs
-    inner = pipeline.transport
-    if isinstance(inner, TracingTransport):
-        raise RuntimeError("ring_timeline: this communicator's ring is already being traced")
-    clock: Clock = (CudaEventClock(inner.copy_stream.ptr, inner.fold_stream.ptr) if comm.gpu
-                    else HostClock())
-    tracer = TracingTransport(inner, clock)
+    clocks: list[Clock] = []
+
+    def tracing(inner: Any) -> TracingTransport:
+        clocks.append(CudaEventClock(inner.copy_stream.ptr, inner.fold_stream.ptr) if comm.gpu
+                      else HostClock())
+        return TracingTransport(inner, clocks[0])
+
     timeline = RingTimeline()
-    pipeline.transport = tracer
     try:
-        yield timeline
-        if comm.gpu:
-            comm.synchronize()  # every mark has been reached
-        timeline.calls = tracer.timeline()
+        with pipeline.wrapped(tracing) as tracer:
+            yield timeline
+            if comm.gpu:
+                comm.synchronize()  # every mark has been reached
+            timeline.calls = tracer.timeline()
     finally:
-        pipeline.transport = inner
-        clock.close()
+        for clock in clocks:
+            clock.close()

@@ -1,4 +1,4 @@
-"""mpiring.call.dispatch: which row a call runs, the memo of those answers, and the block rules."""
+"""mpiring.call.dispatch: which row a call runs, the plan kept per call shape, and the block rules."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def dispatcher(gpu: FakeGpu, nodes: int = 1) -> Dispatcher:
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
-def test_memoized_answers_are_the_fresh_ones(nodes: int) -> None:
+def test_answers_are_the_same_at_every_ask(nodes: int) -> None:
     d = dispatcher(FakeGpu(), nodes)
     for size in (1 << 10, 1 << 20, 64 << 20, 1 << 30):
         for algo in ("auto", "nccl", None):
@@ -56,14 +56,14 @@ def test_graph_capture_is_asked_afresh_for_rows_that_cannot_be_captured() -> Non
     assert d.row(1 << 30, Memory.CUDA, "ring").name == "ring"
     gpu.capture = True
     with pytest.raises(InvalidArgumentError, match="captured"):
-        d.row(1 << 30, Memory.CUDA, "ring")  # the memo does not hide a capture begun since
+        d.row(1 << 30, Memory.CUDA, "ring")  # a capture begun since is seen
     asked = gpu.asked
     assert d.row(4096, Memory.CUDA, "oneshot").name == "oneshot"
     assert d.row(4096, Memory.CUDA, "oneshot").name == "oneshot"
     assert gpu.asked == asked  # a capturable row asks nothing
 
 
-def test_errors_are_not_memoized_and_the_table_version_invalidates() -> None:
+def test_errors_repeat_and_a_new_row_is_seen() -> None:
     d = dispatcher(FakeGpu())
     for _ in range(2):
         with pytest.raises(InvalidArgumentError, match="at most"):
@@ -251,13 +251,13 @@ def test_a_plan_keeps_no_reference_to_the_buffers() -> None:
 
 
 def test_plans_are_bounded_and_an_unhashable_algorithm_is_named() -> None:
-    from mpiring.call.dispatch import MEMO_ENTRIES
+    from mpiring.call.dispatch import PLAN_ENTRIES
 
     d = host_dispatcher(CountingHost())
-    pool = np.zeros(MEMO_ENTRIES + 8, np.float32)
-    for start in range(MEMO_ENTRIES + 8):
+    pool = np.zeros(PLAN_ENTRIES + 8, np.float32)
+    for start in range(PLAN_ENTRIES + 8):
         d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[start:start + 1], MPI.SUM, "ring", None)
-    assert 0 < len(d._plans) <= MEMO_ENTRIES
+    assert 0 < len(d._plans) <= PLAN_ENTRIES
     with pytest.raises(InvalidArgumentError, match=r"unknown algorithm \"\['ring'\]\""):
         d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[:4], MPI.SUM, ["ring"], None)
     with pytest.raises(InvalidArgumentError, match="unknown algorithm"):
@@ -324,16 +324,16 @@ def test_auto_uses_the_graph_entries_while_capturing_and_the_memo_leaks_neither_
 
 
 def test_where_both_entries_agree_no_capture_query_is_made() -> None:
-    """The hot path: 64 KiB is nccl in both ladders, so neither a miss nor a hit asks the GPU."""
+    """64 KiB is nccl in both ladders, so auto's choice never asks the GPU."""
     gpu = FakeGpu()
     d = split_dispatcher(gpu)
     for _ in range(3):
         assert d.row(64 << 10, Memory.CUDA, None).name == "nccl"
-    assert gpu.asked == 1  # the miss asks once whether to keep its answer (as before)
+    assert gpu.asked == 0
     assert d._auto_choice(64 << 10, Memory.CUDA, Collective.ALLREDUCE) == "nccl"
-    assert gpu.asked == 1
+    assert gpu.asked == 0
     d._auto_choice(1024, Memory.CUDA, Collective.ALLREDUCE)
-    assert gpu.asked == 2  # where they differ, auto must know
+    assert gpu.asked == 1  # where they differ, auto must know
 
 
 def test_mpiring_algo_and_other_calls_ignore_the_graph_entries() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mpiring.call.options import Options
-from mpiring.context.gpu_hier import cuda_aware_mpi
+from mpiring.context.rails import cuda_aware_mpi
 from mpiring.core import settings
 from mpiring.core.errors import InvalidArgumentError
 from mpiring.cuda.device import share_gpu_allowed

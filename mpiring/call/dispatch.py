@@ -2,7 +2,9 @@
 
 :meth:`Dispatcher.prepare` describes and checks the buffers of one call on this rank (raising
 what is wrong here, before any rank moves data), resolves ``auto``, and packs the values the
-agreement check compares. :meth:`Dispatcher.row` is the resolution alone (``resolve()``).
+agreement check compares: a :class:`Plan`, kept per call shape (the one cache of this module;
+the eager replay of :mod:`mpiring.call.replay` keeps, per shape of CuPy and torch arrays, the
+bound launch of a plan). :meth:`Dispatcher.row` is the resolution alone (``resolve()``).
 Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
 
     Allreduce             send: c        recv: c       (in place: recv holds the input)
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from ..core.topology import Topology
 
 log = logging.getLogger(__name__)
-MEMO_ENTRIES = 4096  # resolved rows kept per communicator
+PLAN_ENTRIES = 4096  # plans kept per communicator (one per call shape; about 1 KiB each)
 # One rank, GPU allreduce: up to here auto runs two-shot (one launch: 14-15 µs per eager call
 # on one H200 from 1 KiB to 4 MiB, where the ring took 55-93 µs and NCCL 15-20 µs), above it
 # NCCL (64 MiB: 34.7 µs, against 58.5 µs for two-shot and 61 µs for the ring).
@@ -80,7 +82,6 @@ class Dispatcher:
                       "picks what is fastest alone (measure them: mpiring-tune --overlap)",
                       topology.size)
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
-        self._memo: dict[tuple, tuple[Algorithm, bool]] = {}  # (row, ask_capture) by call
         self._plans: dict[tuple, Plan] = {}
         self._made: set[str] = set()  # lazy rows that ran outside a capture (the same on every rank)
 
@@ -121,7 +122,7 @@ class Dispatcher:
             # Not a plan made while capturing: auto then picks among capturable rows only, and
             # an eager call must not inherit that choice (as in row()).
             if not plan.backend.capturing():
-                if len(self._plans) >= MEMO_ENTRIES:  # bounded: shapes vary without end in some programs
+                if len(self._plans) >= PLAN_ENTRIES:  # bounded: shapes vary without end in some programs
                     self._plans.clear()
                 self._plans[key] = plan
                 if plan.row.lazy:  # it runs now, outside a capture: its resources get made
@@ -169,29 +170,11 @@ class Dispatcher:
     def row(self, nbytes: int, memory: Memory, algorithm: str | None,
             collective: Collective = Collective.ALLREDUCE) -> Algorithm:
         """The row a call of ``nbytes`` (the whole vector) in ``memory`` runs; raises if it cannot.
-
-        Hot path: the answer depends only on these arguments, the table, and this
-        communicator's fixed settings (topology, tuning table, size limits), except for graph
-        capture, which is asked afresh, and only where it could change the answer: for a row
-        that cannot be captured, and for auto where the tuning table's graph entries pick
-        otherwise than its eager ones at this size. So answers are memoized per (arguments,
-        table version); errors are not, nor auto's answers given while a graph is being
-        captured (an eager call must not inherit that choice, nor a captured call the eager
-        one: see :meth:`_ask_capture`)."""
+        Decided afresh at every ask (graph capture included): the calls themselves reach it only
+        through a plan miss (:meth:`prepare` keeps one plan per call shape)."""
         if algorithm is not None and type(algorithm) is not str:  # e.g. a list: not a key
             algorithm = algorithms.check_name(algorithm)
-        key = (nbytes, memory, algorithm, collective, algorithms.version())
-        hit = self._memo.get(key)
-        if hit is not None and not (hit[1] and self.backend(memory).capturing()):
-            return hit[0]
-        row = self._resolve(nbytes, memory, algorithm, collective)
-        by_auto = (self.algorithm if algorithm is None else algorithm) == AUTO
-        if by_auto and row.graph_capturable and self.backend(memory).capturing():
-            return row
-        if len(self._memo) >= MEMO_ENTRIES:  # bounded: sizes vary without end in some programs
-            self._memo.clear()
-        self._memo[key] = (row, self._ask_capture(row, nbytes, memory, algorithm, collective))
-        return row
+        return self._resolve(nbytes, memory, algorithm, collective)
 
     def _ask_capture(self, row: Algorithm, nbytes: int, memory: Memory, algorithm: str | None,
                      collective: Collective) -> bool:

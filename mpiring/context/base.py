@@ -91,16 +91,23 @@ class Backend(ABC):
 
     def state(self, owner: str, make: Callable[[], State]) -> State:
         """The per-communicator state of algorithm ``owner`` (its staging, say): made by
-        ``make`` at the first call that asks, then kept until the communicator closes. An
+        ``make`` at the first call that asks, then kept until the communicator closes (its
+        ``close(abandon)``, if it has one, is called then: :meth:`close_states`). An
         algorithm's module owns what it keeps here; the backend only holds it."""
         states: dict[str, Any] = self.__dict__.setdefault("_states", {})
         if owner not in states:
             states[owner] = make()
         return states[owner]
 
-    def drop_states(self) -> None:
-        """Forget every algorithm's state (at close)."""
-        self.__dict__.pop("_states", None)
+    def close_states(self, abandon: bool = False) -> None:
+        """Close every algorithm's state that has a ``close(abandon)`` (in reverse order of
+        making), then forget them all: at the context's close, once its work drained.
+        ``abandon``: the communicator failed, peers may be gone (nothing may wait for them)."""
+        states: dict[str, Any] = self.__dict__.pop("_states", {})
+        for state in reversed(list(states.values())):
+            close = getattr(state, "close", None)
+            if close is not None:
+                close(abandon)
 
     def failure(self) -> MpiringError | None:
         """A failure met by asynchronous work since the last look (GPU), or None."""
@@ -131,12 +138,3 @@ class Backend(ABC):
     @abstractmethod
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         """Mini-batches of a ring call: as asked (or the default), raised to fit the slots."""
-
-    @abstractmethod
-    def run_hier(self, call: Call) -> None:
-        """Hierarchical allreduce: ring reduce-scatter in the node, the inter-node engine on
-        this rank's rail, ring all-gather in the node, pipelined in pieces."""
-
-    @abstractmethod
-    def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
-        """Pieces a hierarchical allreduce is pipelined in: as asked, or by size."""

@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from ..cuda.staging import IpcStaging
     from ..cuda.watchdog import HostStatus, Watchdog
     from ..node.groups import Groups
-    from .gpu_hier import GpuHier
     from .nccl import NcclBaselines
 
 class GpuBackend(Backend):
@@ -72,7 +71,7 @@ class GpuBackend(Backend):
         self._cupy = cupy
         self._rt = cupy.cuda.runtime
         self._live = LIVE
-        from .gpu_hier import check_inter
+        from .rails import check_inter
 
         check_inter(inter, groups)  # before anything is allocated: the same verdict on every rank
         self.groups, self.board, self.inter = groups, board, inter
@@ -93,7 +92,6 @@ class GpuBackend(Backend):
         self.watchdog: Watchdog | None = None
         self._events_ring: tuple[EventStaging, CudaEventTransport, RingPipeline] | None = None
         self._nccl: NcclBaselines | None = None
-        self._hier: GpuHier | None = None
         self._events: list[int] = []
         self._last_stream: Any = None
         try:
@@ -209,20 +207,6 @@ class GpuBackend(Backend):
         return choose_batches(count, size, capacity, asked,
                               default_batches(count * np.dtype(dtype).itemsize, size))
 
-    def hier_pieces(self, count: int, dtype: np.dtype, asked: int | None) -> int:
-        from .gpu_hier import pieces
-
-        return pieces(count, np.dtype(dtype).itemsize, asked, self.node_size, self.groups.topology.nodes)
-
-    def run_hier(self, call: Call) -> None:
-        """The hierarchical allreduce (``mpiring.context.gpu_hier``), set up on first use
-        (collective: every rank agreed on the algorithm before this)."""
-        if self._hier is None:
-            from .gpu_hier import GpuHier
-
-            self._hier = GpuHier(self, self.inter)
-        self._hier.run(call)
-
     def _event_pipeline(self) -> RingPipeline:
         """The event-signalled ring, set up on first use (collective: every rank agreed on the
         algorithm before this; bounded by the timeout)."""
@@ -298,7 +282,6 @@ class GpuBackend(Backend):
         freed, and no rank is waited for. If the drain itself expires, nothing the GPU may
         still touch is released (it stays until the process exits) and the timeout is raised.
         """
-        self.drop_states()
         drained = True
         error: BaseException | None = None
         seen = None
@@ -309,10 +292,10 @@ class GpuBackend(Backend):
                 drained, abandon, error = False, True, err
             seen = self.failure()
             abandon = abandon or seen is not None
-        for nccl in (self._nccl, self._hier):
-            if nccl is not None:
-                nccl.abort() if abandon else nccl.close()
-        self._nccl = self._hier = None
+        if self._nccl is not None:
+            self._nccl.abort() if abandon else self._nccl.close()
+        self._nccl = None
+        self.close_states(abandon)  # the rows' own state (hier's rail engine), once drained
         self._last_stream = None
         if self.watchdog is not None:
             self.watchdog.close(drained)

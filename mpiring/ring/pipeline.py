@@ -20,12 +20,17 @@ another.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from ..core.errors import MpiringTimeoutError
 from .schedule import FIRST_SEQ, SLOTS, RingPlan, rank_script
 from .stall import locate
 from .transports.base import CallBuffers, RingTransport
+
+Wrapper = TypeVar("Wrapper", bound=RingTransport)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,20 @@ class RingPipeline:
     def __init__(self, transport: RingTransport) -> None:
         self.transport = transport
         self.next_seq = FIRST_SEQ  # sequence number of the next transfer; grows forever
+
+    @contextlib.contextmanager
+    def wrapped(self, wrap: Callable[[RingTransport], Wrapper]) -> Iterator[Wrapper]:
+        """Inside the block, run this pipeline's calls through ``wrap(transport)`` (yielded): the
+        hook of :func:`mpiring.trace.ring_timeline`. Not nested: a second wrap raises."""
+        inner = self.transport
+        if getattr(self, "_wrapped", False):
+            raise RuntimeError("this communicator's ring is already being traced")
+        outer = wrap(inner)
+        self.transport, self._wrapped = outer, True
+        try:
+            yield outer
+        finally:
+            self.transport, self._wrapped = inner, False
 
     def run(self, plan: RingPlan, call: CallBuffers) -> None:
         """Run ``plan`` (an allreduce, or one of its phases) on ``call``; returns once all work

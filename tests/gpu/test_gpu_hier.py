@@ -20,7 +20,7 @@ from matrix import OPS  # noqa: E402
 from mpi4py import MPI
 
 import mpiring
-from mpiring.context.gpu_hier import cuda_aware_mpi
+from mpiring.context.rails import cuda_aware_mpi
 from mpiring.core.topology import VIRTUAL_NODES
 
 RANK, SIZE = WORLD.rank, WORLD.size
