@@ -94,7 +94,7 @@ def blocking_arg(text: str) -> int:
 
 
 @dataclass(frozen=True)
-class Options:
+class BenchOptions:
     minbytes: int | None
     maxbytes: int | None
     stepfactor: float | None
@@ -155,7 +155,7 @@ class Options:
         return "gpu" if self.gpu else "host" if self.host else "auto"
 
 
-def in_graph(opts: Options, algo: str) -> bool:
+def in_graph(opts: BenchOptions, algo: str) -> bool:
     """Whether ``algo``'s calls are timed from a CUDA graph: with --graph always (rows that
     cannot be captured are n/a there); with --gpu-time every row the table marks capturable
     (``auto`` too: it never picks an uncapturable row while capturing)."""
@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str] | None = None) -> Options:
+def parse_args(argv: list[str] | None = None) -> BenchOptions:
     """Parse ``argv`` (default ``sys.argv[1:]``); exits with status 2 on a bad option."""
     parser = build_parser()
     args_list = sys.argv[1:] if argv is None else list(argv)
@@ -317,7 +317,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     if ns.blocking and launches:
         parser.error("-z/--blocking 1 waits for each call, but -G/--graph replays the calls from "
                      "one graph: drop one of them")
-    return Options(
+    return BenchOptions(
         minbytes=ns.minbytes, maxbytes=ns.maxbytes, stepfactor=ns.stepfactor,
         stepbytes=ns.stepbytes, algos=ns.algo, batches=ns.batches, dtype=ns.dtype, op=ns.op,
         placements=placements, iters=ns.iters, warmup=ns.warmup, reps=ns.reps,

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from .command import BenchError
 from .measure import agree
 from .overlap import GEMM, GEMMS_ALONE, MIN_GEMM_S, MIN_WINDOW_GEMMS, TRAIN, Shape
-from .overlap_run import Call, OverlapMeasurer
+from .overlap_run import OverlapMeasurer, TimedCall
 
 GATE_NOTE = ("no start gate: GEMMs start as enqueued, ahead of the calls (counts against overlap; "
              "see mpiring.bench.loads)")
@@ -210,7 +210,7 @@ class GpuTimeline:
         end.synchronize()
         return self._seconds(begin, end) / n
 
-    def calls_alone(self, call: Call, k: int) -> float:
+    def calls_alone(self, call: TimedCall, k: int) -> float:
         begin, end = self._marks(2)
         with self._on_ar():
             begin.record(self.ar)
@@ -220,7 +220,7 @@ class GpuTimeline:
         end.synchronize()
         return self._seconds(begin, end) / k
 
-    def beside(self, load: Load, call: Call, k: int, n: int) -> tuple[list[float], float, float]:
+    def beside(self, load: Load, call: TimedCall, k: int, n: int) -> tuple[list[float], float, float]:
         """Enqueue ``n`` GEMMs, then run ``k`` calls: the GEMM marks and the loop's start and
         end, in seconds after the first mark (the slowdowns; no gate: see overlap.py)."""
         marks = self._marks(n + 3)
@@ -237,7 +237,7 @@ class GpuTimeline:
         return ([self._seconds(first, m) for m in gemm_marks], self._seconds(first, a0),
                 self._seconds(first, a1))
 
-    def together(self, load: Load, call: Call, k: int, g: int, after: int) -> tuple[float, float]:
+    def together(self, load: Load, call: TimedCall, k: int, g: int, after: int) -> tuple[float, float]:
         """``g`` GEMMs behind the start event S (gated until all are enqueued) and ``k`` calls
         that wait for S, or for the end of GEMM ``after``: when each stream ended, after S."""
         start, ready, gemm_end, ar_end = self._marks(4)

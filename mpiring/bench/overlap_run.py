@@ -39,7 +39,7 @@ from .overlap import (
     window_calls,
 )
 
-Call = Callable[[], None]
+TimedCall = Callable[[], None]  # one collective call of the point, bound: what the measurer times
 
 
 class Timeline(Protocol):
@@ -52,14 +52,14 @@ class Timeline(Protocol):
     def gemms_alone(self, load: Any, n: int) -> float:
         """Seconds per GEMM of ``n`` GEMMs of ``load`` back to back, alone."""
 
-    def calls_alone(self, call: Call, k: int) -> float:
+    def calls_alone(self, call: TimedCall, k: int) -> float:
         """Seconds per call of ``k`` calls back to back on the allreduce stream, alone."""
 
-    def beside(self, load: Any, call: Call, k: int, n: int) -> tuple[Sequence[float], float, float]:
+    def beside(self, load: Any, call: TimedCall, k: int, n: int) -> tuple[Sequence[float], float, float]:
         """Enqueue ``n`` GEMMs, then run ``k`` calls: the GEMMs' marks, the loop's start and end
         (seconds after the first mark)."""
 
-    def together(self, load: Any, call: Call, k: int, g: int, after: int) -> tuple[float, float]:
+    def together(self, load: Any, call: TimedCall, k: int, g: int, after: int) -> tuple[float, float]:
         """``g`` GEMMs and ``k`` calls from one start event, the calls once ``after`` GEMMs are
         done: when the GEMM stream and when the allreduce stream ended, after the start."""
 
@@ -91,7 +91,7 @@ class OverlapMeasurer:
     def close(self) -> None:
         self.timeline.close()
 
-    def measure(self, call: Call, algo: str, ar_s: float, iters: int,
+    def measure(self, call: TimedCall, algo: str, ar_s: float, iters: int,
                 size: int | None = None) -> OverlapResult:
         """Collective: the overlap figures of one point whose calls take ``ar_s`` alone, timed
         ``iters`` times per repetition; ``size`` (bytes) keys the makespan's work, which the
@@ -117,7 +117,7 @@ class OverlapMeasurer:
             self._work[key] = work
         return work
 
-    def _makespan(self, call: Call, shape: Shape, ar_s: float, iters: int,
+    def _makespan(self, call: TimedCall, shape: Shape, ar_s: float, iters: int,
                   size: int | None) -> Makespan:
         work = self.work(shape, ar_s, iters, size)
         per_rank: list[list[RankTimes]] = [[] for _ in range(self.world.size)]
@@ -136,7 +136,7 @@ class OverlapMeasurer:
                 mine.append(span)
         return combine_spans(per_rank, work)
 
-    def _span(self, call: Call, shape: Shape, work: Work) -> RankTimes:
+    def _span(self, call: TimedCall, shape: Shape, work: Work) -> RankTimes:
         tl, world = self.timeline, self.world
         tl.synchronize()
         world.Barrier()
@@ -151,7 +151,7 @@ class OverlapMeasurer:
 
     # -- the slowdowns -----------------------------------------------------------------
 
-    def _slowdowns(self, call: Call, shape: Shape, algo: str, ar_s: float,
+    def _slowdowns(self, call: TimedCall, shape: Shape, algo: str, ar_s: float,
                    iters: int) -> OverlapResult:
         own = window_calls(ar_s, shape.gemm_s, iters, shape.window_gemms)
         calls = max(agree(self.world, lambda: own, share=True))  # equal: from shared figures
@@ -182,7 +182,7 @@ class OverlapMeasurer:
         self._guess[algo] = seen
         return combine(per_rank, calls)
 
-    def _rep(self, call: Call, shape: Shape, calls: int, n: int) -> Rep:
+    def _rep(self, call: TimedCall, shape: Shape, calls: int, n: int) -> Rep:
         tl, world = self.timeline, self.world
         tl.synchronize()
         world.Barrier()

@@ -25,7 +25,7 @@ from .algorithms import AUTO_REPRODUCIBLE, VARIANTS, default_sweep, implements, 
 from .arrays import make_space
 from .baseline import arrange, fall_back
 from .baseline import choose as choose_baseline
-from .cli import Options, in_graph
+from .cli import BenchOptions, in_graph
 from .collectives import ALLREDUCE, MPI_NAMES, element_counts
 from .command import BenchError, exit_status
 from .data import InputGenerator, point_seed, resolve_dtype
@@ -65,7 +65,7 @@ def _variants(wanted: Sequence[str] | None, reproducible: bool) -> list[str]:
     return [name for name in VARIANTS if name in asked]
 
 
-def _communicator(opts: Options, gpu: bool, row: str = "") -> Any:
+def _communicator(opts: BenchOptions, gpu: bool, row: str = "") -> Any:
     """Collective: the bench's main communicator, or (``row``) the one of a row of
     ``algorithms.VARIANTS``: the same timeout, SM budget and overlap, with the variant's
     settings added (``auto-reproducible``: ``reproducible=True``)."""
@@ -100,7 +100,7 @@ def check_collectives(wanted: Sequence[str] | None, gpu: bool, collectives: Sequ
     return () if wanted else scoped
 
 
-def setup(opts: Options, world: Any, reporter: Reporter,
+def setup(opts: BenchOptions, world: Any, reporter: Reporter,
           algos_for: Callable[[bool], Sequence[str]] | None = None) -> Sweep:
     """Collective: GPU or host (:mod:`mpiring.bench.mode`), communicator, memory space, sizes;
     raises BenchError on every rank. ``algos_for(gpu)``, when given, replaces ``opts.algos``
@@ -262,7 +262,7 @@ def _rebuild(sw: Sweep) -> None:
         sw.variants[row] = _remake(sw.opts, gpu, row)
 
 
-def _remake(opts: Options, gpu: bool, row: str = "") -> Any:
+def _remake(opts: BenchOptions, gpu: bool, row: str = "") -> Any:
     """Collective: :func:`_communicator` again, after an error; BenchError if that fails."""
     try:
         return _communicator(opts, gpu, row)

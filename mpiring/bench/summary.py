@@ -14,7 +14,7 @@ from .. import algorithms
 from . import rivals
 from .algorithms import AUTO, VARIANTS, is_batched, picks_per_size
 from .baseline import note as baseline_note
-from .cli import Options
+from .cli import BenchOptions
 from .collectives import ALLREDUCE, size_line
 from .data import describe_rule
 from .metadata import cpu_line, rank_lines, short_commit
@@ -194,7 +194,7 @@ def _left_out_line(sw: Sweep) -> str:
             f"and this communicator spans {sw.nodes} nodes)")
 
 
-def _timing_line(opts: Options) -> str:
+def _timing_line(opts: BenchOptions) -> str:
     iters = (f"{opts.iters} iterations" if opts.iters
              else f"{opts.time_budget:g} s per point (max {opts.max_iters} iterations)")
     warm = f"{opts.warmup} warm-up" if opts.warmup is not None else "auto warm-up"

@@ -26,7 +26,7 @@ from .measure import Point
 from .results import Row, spread_is_wide
 
 if TYPE_CHECKING:  # annotations only
-    from .cli import Options
+    from .cli import BenchOptions
     from .report import Reporter
 
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # annotations only
 class Sweep:
     """Everything one run needs; built by :func:`mpiring.bench.runner.setup`."""
 
-    opts: Options
+    opts: BenchOptions
     world: Any
     comm: Any
     space: Any

@@ -55,7 +55,7 @@ from ..auto.machine import MachineKey
 from ..auto.table import TuningTable, load
 from ..core.errors import InvalidArgumentError
 from .argtypes import RankZeroParser, int_at_least, positive_float, size_arg
-from .cli import Options as BenchOptions
+from .cli import BenchOptions
 from .cli import parse_args as bench_defaults
 from .sizes import GPU_DEFAULT, HOST_DEFAULT
 from .tunefile import (

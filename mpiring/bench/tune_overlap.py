@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .cli import Options as BenchOptions
+from .cli import BenchOptions
 from .overlap import GEMM
 from .sizes import format_size
 from .tunefile import Timing, makespan_timings, sizes_text
