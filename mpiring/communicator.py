@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -47,9 +47,6 @@ from .node.groups import Groups, duplicate, make_groups
 from .node.setup_steps import settling
 from .node.signals import Watch
 from .ring.pipeline import RingPipeline
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 _CURRENT = contextlib.nullcontext()  # a CuPy call runs on CuPy's current stream: nothing to switch

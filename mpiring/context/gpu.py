@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..node.groups import Groups
     from .nccl import NcclBaselines
 
+
 class GpuBackend(Backend):
     """The GPU side of one communicator. Staging memory per rank: ``layout.alloc_bytes``
     (2 ring slots + 2 one-shot slots + 2 two-shot halves + 2 oneshot-ll slots + 64 KiB of
@@ -67,12 +68,11 @@ class GpuBackend(Backend):
         from ..cuda.resources import LIVE
         from ..cuda.staging import IpcStaging
         from ..cuda.watchdog import HostStatus, Watchdog
+        from .rails import check_inter
 
         self._cupy = cupy
         self._rt = cupy.cuda.runtime
         self._live = LIVE
-        from .rails import check_inter
-
         check_inter(inter, groups)  # before anything is allocated: the same verdict on every rank
         self.groups, self.board, self.inter = groups, board, inter
         self.comm: MPI.Intracomm = groups.comm
