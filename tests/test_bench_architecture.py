@@ -14,6 +14,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from test_architecture import import_cycles  # one cycle finder for the package and the bench
 
 from mpiring import algorithms
 from mpiring.bench import overlap, plot_style, rivals
@@ -57,38 +58,6 @@ def _graph() -> dict[str, set[str]]:
     return {m: {t for t, _ in _imports(m)} for m in MODULES}
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            part = []
-            while True:
-                w = stack.pop()
-                part.append(w)
-                if w == v:
-                    break
-            if len(part) > 1:
-                out.append(sorted(part))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def test_no_bench_module_imports_another_ones_private_names() -> None:
     private = [f"{m} imports {n} from {t}" for m in MODULES for t, n in _imports(m)
                if n.startswith("_") and not n.startswith("__")]
@@ -96,14 +65,14 @@ def test_no_bench_module_imports_another_ones_private_names() -> None:
 
 
 def test_no_import_cycle_between_bench_modules() -> None:
-    cycles = _cycles(_graph())
+    cycles = import_cycles(_graph())
     assert not cycles, "import cycles (type-only imports count): " + "; ".join(map(" <-> ".join, cycles))
 
 
 def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     graph = {"runner": {"rowmaker"}, "rowmaker": {"summary"}, "summary": {"runner"}, "plot": {"runner"}}
-    assert _cycles(graph) == [["rowmaker", "runner", "summary"]]
-    assert _cycles({"a": {"b"}, "b": set()}) == []
+    assert import_cycles(graph) == [["rowmaker", "runner", "summary"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_experiments_are_not_in_the_package() -> None:
