@@ -25,6 +25,7 @@ def test_options_and_the_bench_options_they_make():
     assert b.size_range(gpu=True) == (1 << 10, 8 << 30) and b.stepfactor == 2.0
     assert b.algos == auto_candidates() and b.batches == ("auto",) and b.placements == ("out",)
     assert (b.dtype, b.op, b.check, b.plot, b.overlap) == ("float32", "sum", True, False, None)
+    assert b.time_agreement  # candidates timed as users call them: the agreement check on
     assert o.destination(4).name == "mpiring-tuning-4.json"
     o = tune.parse_args(["-b", "4K", "-e", "1G", "-f", "4", "--host", "--merge", "t.json",
                          "--time-budget", "0.01", "--reps", "2"])

@@ -6,6 +6,7 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.starve [...]        # how long a fold-sized kernel waits for SMs beside a GEMM
     python -m tools.scaleout [...]      # the scale-out cost model against measured results
     python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
+    python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
 ``enqueue`` and ``starve`` launch.) They use mpiring's public modules and the benchmark's
