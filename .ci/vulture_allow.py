@@ -18,6 +18,10 @@ max_chunk  # RingPlan.max_chunk: what one receive slot must hold (schedule tests
 depends_on  # Step.depends_on: the step a fold waits for (the schedule's ordering tests read it)
 tolerance  # mpiring.core.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
 
+# -- a schedule whose GPU body is not written yet (issue 27: the copy-engine two-shot row) ---------
+AllToAllPlan  # ring.alltoall_schedule: the all-to-all two-shot's plan, run on a model machine by tests
+staging_elements  # AllToAllPlan.staging_elements: staging one rank holds (the row's memory bound)
+
 # -- the benchmark -------------------------------------------------------------------------------
 NcclDirect, MpiDirect, NcclSymm, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)
 pending  # bench.command.SignalGuard.pending: the first signal's name (what an interrupted run reports)
