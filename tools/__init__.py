@@ -7,8 +7,10 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.scaleout [...]      # the scale-out cost model against measured results
     python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
     python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
+    python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
-``enqueue`` and ``starve`` launch.) They use mpiring's public modules and the benchmark's
-(``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in ``tests/tools``.
+``enqueue``, ``starve`` and ``ce_patterns`` launch.) They use mpiring's public modules and the
+benchmark's (``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in
+``tests/tools``.
 """

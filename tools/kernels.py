@@ -1,5 +1,6 @@
 """The CUDA sources of the tools' own measuring kernels (``tools/csrc/``): the gate and the empty
-kernel of :mod:`tools.enqueue`, and the folds of :mod:`tools.starve`. Pure: the modules that
+kernel of :mod:`tools.enqueue` (the gate also holds :mod:`tools.ce_patterns`' copies), and the
+folds of :mod:`tools.starve`. Pure: the modules that
 launch them compile them (CuPy, or NVRTC for a context-independent library), and
 ``tests/tools/test_tools_kernels.py`` compiles every file in CI with every kernel named here, so
 a typo fails there and not on the GPU machine. (The library's kernels: ``mpiring/cuda/csrc``.)
