@@ -80,10 +80,11 @@ def main(argv: list[str] | None = None) -> int:
                 break
     finally:
         stop_load(jobs)
-    load_runs = sum(log.read_text().count("\n") for log in load_logs if log.exists())
+    ended = [line for log in load_logs if log.exists() for line in log.read_text().splitlines()]
+    passed = sum(line.endswith(" rc 0") for line in ended)
     verdict = f"failed at run {failed}" if failed else f"{args.runs} runs in a row passed"
-    lines.append(f"# {verdict}; "
-                 f"{load_runs} load jobs ran beside them")
+    lines.append(f"# {verdict}; {len(ended)} load jobs ended beside them ({passed} passed, "
+                 f"{len(ended) - passed} failed or were stopped)")
     print(lines[-1], flush=True)
     for log in load_logs:
         with contextlib.suppress(OSError):
