@@ -11,6 +11,9 @@ markdown  # mpiring.core.settings.markdown: renders docs/settings.md's table (a 
 READERS  # mpiring.core.settings: which code reads a variable (the docs' tables are grouped by it)
 load_error  # cuda.Probe.load_error: CuPy's import error, shown by `python -m mpiring` and the bench
 gpu_call  # RankMismatchError.gpu_call: the GPU-checked call count where ranks disagreed
+check_in_board  # CallStats.check_in_board (Communicator.stats()): where the agreement check compares calls
+tuning_table  # Communicator.tuning_table: the table auto's choices read, as the call path holds it
+disable_gpu_timeouts  # Communicator.disable_gpu_timeouts: the GPU fault tests' control run (no timeouts)
 
 # -- the statement of a rule that kernels or tests check the code against --------------------
 direct_flag  # StagingLayout.direct_flag: where a direct kernel's flag lies (test_layout vs csrc)

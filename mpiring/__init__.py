@@ -10,7 +10,7 @@
 
 from . import algorithms
 from .algorithms import Algorithm, register
-from .communicator import Communicator
+from .communicator import CallStats, Communicator
 from .core.errors import (
     CommunicatorClosedError,
     ConcurrentCallError,
@@ -31,6 +31,7 @@ from .node.timeouts import TimeoutPolicy
 __version__ = "0.2.0"  # the one place: pyproject.toml reads it (setuptools dynamic version)
 __all__ = [
     "Algorithm",
+    "CallStats",
     "Communicator",
     "CommunicatorClosedError",
     "ConcurrentCallError",

@@ -17,7 +17,7 @@ import logging
 import sys
 import threading
 import warnings
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -25,10 +25,11 @@ from mpi4py import MPI
 from . import algorithms
 from .algorithms import Collective
 from .auto import tuning as auto_tuning
+from .auto.table import TuningTable
 from .call.agreement import FIELDS
 from .call.dispatch import Dispatcher
 from .call.options import Options, check_comm, empty_like
-from .call.replay import Key, Replay
+from .call.replay import Key, Replay, Replays
 from .context.rails import INTERS
 from .core.buffers import Memory
 from .core.consensus import REJECTED
@@ -38,6 +39,7 @@ from .core.errors import (
     InvalidArgumentError,
     MpiringError,
     SetupError,
+    UnavailableError,
 )
 from .core.topology import Topology
 from .cuda.streams import torch_stream
@@ -50,6 +52,34 @@ from .ring.pipeline import RingPipeline
 
 log = logging.getLogger(__name__)
 _CURRENT = contextlib.nullcontext()  # a CuPy call runs on CuPy's current stream: nothing to switch
+
+
+class CallStats(NamedTuple):
+    """What this rank's calls on a communicator did so far (:meth:`Communicator.stats`): how
+    many took the full path and how many were replayed, and how the agreement check ran them.
+    A snapshot of counters the calls keep anyway (a replayed call adds one increment), for a
+    program or a test that wants to see that its steady state replays, or to number its calls
+    as the check's errors do."""
+
+    planned: int
+    """Calls that took the full path: described, checked and planned afresh
+    (:mod:`mpiring.call.dispatch`), those rejected there included."""
+    replayed: int
+    """Calls that replayed a launch bound at an earlier call of their shape
+    (:mod:`mpiring.call.replay`)."""
+    checked: int
+    """Calls this rank entered into the agreement check, on the host or posted for the GPU: the
+    next call is call ``checked + 1`` in the check's errors ("agreement check of call N").
+    0 with ``check=False`` and on one rank (no one to disagree with)."""
+    check_in_board: bool
+    """Whether the agreement check compares the ranks' calls in the node's control board (one
+    node: shared memory, no MPI message), else with one small nonblocking MPI allreduce per call
+    (several nodes). Where checked calls would be compared, also with ``check=False``."""
+
+    @property
+    def calls(self) -> int:
+        """Calls that reached this rank's full path or a replay: ``planned + replayed``."""
+        return self.planned + self.replayed
 
 
 class Communicator:
@@ -108,6 +138,7 @@ class Communicator:
                  overlap: bool = False, reproducible: bool | None = None, replay: bool = True) -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
+        self._planned = self._replayed = 0  # calls of the full path, of a replay (stats())
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
@@ -169,6 +200,13 @@ class Communicator:
         """The table auto uses here, its machine key and origin; ``.describe()``: in one line."""
         return self._tuning
 
+    @property
+    def tuning_table(self) -> TuningTable:
+        """The tuning table auto's choices read on this communicator's calls, as the call path
+        holds it: the same object as ``tuning.table`` (:attr:`tuning` says where it came from;
+        an empty table: the built-in rule)."""
+        return self._dispatch.tuning
+
     # -- failure state -----------------------------------------------------------------
 
     def _fail(self, err: BaseException) -> None:
@@ -229,6 +267,28 @@ class Communicator:
         """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.call.replay`):
         0 on host arrays and with ``replay=False``."""
         return len(self._held.replays)
+
+    @property
+    def replays(self) -> Replays:
+        """The table of this communicator's eager replays (:class:`mpiring.call.replay.Replays`):
+        ``len()`` is :attr:`replays_kept`. Its ``array_type`` is the array type whose calls get
+        a key (CuPy's on GPUs, None on host arrays, whose calls never replay): a test may set a
+        stand-in type there to replay host calls of a toy row with a ``bind`` entry."""
+        return self._held.replays
+
+    def stats(self) -> CallStats:
+        """This rank's counts of its calls so far (:class:`CallStats`): planned, replayed,
+        agreement-checked. Cheap (no collective, no lock: the calls keep these counters
+        anyway); also on a closed communicator."""
+        agreement = self._held.check.agreement
+        return CallStats(self._planned, self._replayed, agreement.calls, agreement.posts)
+
+    @property
+    def last_stream(self) -> Any:
+        """The CuPy stream this rank's latest GPU call was enqueued on (a torch tensor's: torch's
+        current stream, as CuPy sees it), or None before the first one and without GPUs. A later
+        call on another stream first waits for it: mpiring's calls never overlap."""
+        return None if self._held.gpu is None else self._held.gpu.last_stream
 
     @property
     def gpu(self) -> bool:
@@ -305,6 +365,7 @@ class Communicator:
         except BaseException as err:  # as in _run: peers' sequence numbers no longer match
             self._fail(err)
             raise
+        self._replayed += 1
         self._held.check.after()
         return True
 
@@ -313,6 +374,7 @@ class Communicator:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
+        self._planned += 1
         try:
             prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
             values.update(prepared.values)
@@ -370,12 +432,23 @@ class Communicator:
         memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
         return algorithms.get(algorithms.check_name(algorithm)).max_bytes(self._dispatch.backend(memory))
 
-    def ring_pipeline(self, *, gpu: bool | None = None) -> RingPipeline:
+    def ring_pipeline(self, *, gpu: bool | None = None, events: bool = False) -> RingPipeline:
         """The pipeline that runs this communicator's ring calls on GPU (default where it has
         GPUs) or host arrays: ``next_seq`` counts its transfers, and its ``transport`` is the
-        hook that :func:`mpiring.trace.ring_timeline` (and tests) wrap and put back."""
+        hook that :func:`mpiring.trace.ring_timeline` (and tests) wrap and put back.
+
+        ``events=True``: the event-signalled ring's (``ring-events``; GPU arrays only), which
+        that row's first call makes (collectively): before it, :class:`UnavailableError`."""
         on_gpu = self.gpu if gpu is None else gpu
         backend = self._dispatch.backend(Memory.CUDA if on_gpu else Memory.HOST)
+        if events:
+            if not on_gpu or self._held.gpu is None:
+                raise InvalidArgumentError("events=True: ring-events runs on GPU arrays only")
+            ring = self._held.gpu.event_ring
+            if ring is None:
+                raise UnavailableError("ring-events has not run on this communicator yet: its first "
+                                       "call makes its pipeline, on every rank")
+            return ring
         pipeline = getattr(backend, "pipeline", None)
         assert isinstance(pipeline, RingPipeline), type(backend).__name__  # every backend has one
         return pipeline
@@ -391,6 +464,18 @@ class Communicator:
         if row.batches is None:
             return None
         return row.batches(self._dispatch.backend(memory), int(count), dtype, batches)
+
+    def disable_gpu_timeouts(self) -> None:
+        """Testing aid: switch this rank's GPU timeouts off for good — the watchdog's verdicts
+        on ring calls and the clocks of the one-shot, two-shot and oneshot-ll kernels — so that
+        a peer that stops leaves this rank's GPU waiting for ever. The control run of the GPU
+        fault tests uses it to show that they fail without the timeouts. Host waits keep
+        :attr:`timeout`. Per rank, not collective; raises :class:`UnavailableError` without
+        GPUs (``gpu=False``, or closed)."""
+        if self._held.gpu is None:
+            raise UnavailableError("this communicator has no GPUs (gpu=False, or closed): no GPU "
+                                   "timeouts to switch off")
+        self._held.gpu.disable_timeouts()
 
     # -- lifetime ----------------------------------------------------------------------
 

@@ -142,6 +142,12 @@ class GpuBackend(Backend):
         self._last_stream = stream  # holding it keeps the stream alive for the next switch
         return stream
 
+    @property
+    def last_stream(self) -> Any:
+        """The stream :meth:`ordered_stream` last handed out: where the latest call was
+        enqueued (None before the first)."""
+        return self._last_stream
+
     def capturing(self) -> bool:
         return self.current_stream().is_capturing()
 
@@ -221,6 +227,20 @@ class GpuBackend(Backend):
                 raise
             self._events_ring = (staging, transport, RingPipeline(transport))
         return self._events_ring[2]
+
+    @property
+    def event_ring(self) -> RingPipeline | None:
+        """The event-signalled ring's pipeline (``ring-events``), or None until that row's first
+        call made it (collectively)."""
+        return None if self._events_ring is None else self._events_ring[2]
+
+    def disable_timeouts(self) -> None:
+        """This rank's GPU timeouts off for good: the watchdog never gives a ring call a verdict,
+        and the direct kernels' clocks never expire (``Communicator.disable_gpu_timeouts``, a
+        testing aid). Host waits keep theirs."""
+        assert self.watchdog is not None  # made by set-up
+        self.watchdog.timeout = float("inf")
+        self.direct.disable_timeout()
 
     def notice(self, desc: Descriptor) -> None:
         """This rank's part in a GPU-checked call that it cannot run (``desc``: a notice of

@@ -131,6 +131,20 @@ class DirectKernels:
         self._ll_shapes: dict[tuple[int, np.dtype, Op], tuple[int, int]] = {}
         self._notice: int | None = None
 
+    def disable_timeout(self) -> None:
+        """Set the kernels' timeout, in the control table on the device, to never (2**62 ns, the
+        cap set-up applies): a barrier or line wait then waits for its peer for ever. A testing
+        aid (``Communicator.disable_gpu_timeouts``); kernels launched after this see it."""
+        import cupy
+
+        fields = CONTROL.fields
+        assert fields is not None  # a structured dtype
+        never = np.array([1 << 62], dtype=np.int64)
+        rt = cupy.cuda.runtime
+        rt.memcpy(self._ctl_ptr + fields["timeout_ns"][1], never.ctypes.data, never.nbytes,
+                  rt.memcpyHostToDevice)
+        rt.deviceSynchronize()
+
     def _function(self, kind: str, dtype: np.dtype, op: Op) -> int:
         key = (kind, dtype, op)  # the dtype itself: its .name is built afresh at every access
         fn = self._functions.get(key)

@@ -25,16 +25,20 @@ ROWS = ("oneshot-ll", "oneshot", "twoshot")
 pytestmark = pytest.mark.mpi
 
 
-def counting_full_path(comm: mpiring.Communicator) -> list[int]:
-    """Count the calls that take the full path (each plans its call: Dispatcher.prepare)."""
-    full: list[int] = []
-    prepare = comm._dispatch.prepare
+class FullPath:
+    """The calls of ``comm`` since this was made that took the full path (each planned its
+    call afresh: ``comm.stats().planned``); ``len()``: how many."""
 
-    def counted(*args, **kwargs):
-        full.append(1)
-        return prepare(*args, **kwargs)
-    comm._dispatch.prepare = counted
-    return full
+    def __init__(self, comm: mpiring.Communicator) -> None:
+        self.comm, self.start = comm, comm.stats().planned
+
+    def __len__(self) -> int:
+        return self.comm.stats().planned - self.start
+
+
+def counting_full_path(comm: mpiring.Communicator) -> FullPath:
+    """Count the calls that take the full path (each plans its call: Dispatcher.prepare)."""
+    return FullPath(comm)
 
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
@@ -91,7 +95,7 @@ def test_a_replay_launches_on_the_current_stream(algo):
                 gpu_nap(s, 20e-6)  # the call must wait for this
                 cupy.add(base, call % 5, out=x)
                 c.Allreduce(x, out)
-                ran_on = c._held.gpu._last_stream.ptr
+                ran_on = c.last_stream.ptr
                 if ran_on != s.ptr:
                     problems.append(f"call {call} ran on stream {ran_on:#x}, not {s.ptr:#x}")
                 wrong += cupy.count_nonzero(out != want + SIZE * (call % 5))

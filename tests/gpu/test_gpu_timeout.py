@@ -49,7 +49,7 @@ def ring_transport(comm: mpiring.Communicator, algo: str) -> Any:
     if algo == "ring-events":
         comm.Allreduce(cupy.ones(8, cupy.float32), cupy.empty(8, cupy.float32), algorithm=algo)
         comm.synchronize()
-        return comm._held.gpu._events_ring[1]
+        return comm.ring_pipeline(gpu=True, events=True).transport
     return comm.ring_pipeline(gpu=True).transport
 
 

@@ -1,9 +1,11 @@
 """The agreement check of a one-node communicator runs in the control board (no MPI call):
 thousands of calls on changing data with stragglers and injected mismatches, on real ranks.
-Virtual nodes (MPIRING_VIRTUAL_NODES, tests/faults) take the MPI path of the same check."""
+Virtual nodes (MPIRING_VIRTUAL_NODES, tests/faults) take the MPI path of the same check.
+The host side of the GPU-side check is tested on a board of the node's ranks built here."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -23,7 +25,7 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
     those calls and writes nothing, and every other call is exact."""
     size, me = world.size, world.rank
     with mpiring.Communicator(world, gpu=False, timeout=60.0) as comm:
-        assert (comm._held.check.agreement._lines is not None) == (comm.topology.nodes == 1)
+        assert comm.stats().check_in_board == (comm.topology.nodes == 1)
         plan = np.random.default_rng(2026)  # the same sequence on every rank
         mine = np.random.default_rng(100 + me)  # stragglers differ per rank
         for k in range(CALLS):
@@ -58,15 +60,26 @@ def test_thousands_of_checked_calls(world: MPI.Intracomm, algorithm: str) -> Non
 
 
 def _gpu_check(world: MPI.Intracomm):
-    """The host side of the GPU-side check, on host ranks: an AgreementCheck whose "oneshot"
-    calls (a GPU-checked code) are only posted, and a notify that records what it is sent."""
-    from mpiring.call.agreement import FIELDS
+    """The host side of the GPU-side check, on host ranks: an AgreementCheck in a board of the
+    node's ranks (as a one-node communicator makes them), whose "oneshot" calls (a GPU-checked
+    code) are only posted, and a notify that records what it is sent. Returns, first, what
+    frees the board and its communicators once left (collective)."""
+    from mpiring.algorithms import Collective
+    from mpiring.call.agreement import FIELDS, AgreementCheck
+    from mpiring.node.signals import SharedBoard
 
-    comm = mpiring.Communicator(world, gpu=False, timeout=60.0)
-    check = comm._held.check.agreement
-    if check._lines is None:
-        comm.close()
-        pytest.skip("several (virtual) nodes: no row checks on the GPU there")
+    closing = contextlib.ExitStack()
+    comm = world.Dup()  # the check's own communicator, as a communicator's duplicate is
+    closing.callback(comm.Free)
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    closing.callback(node.Free)
+    board = SharedBoard(node, timeout=60.0)
+    closing.callback(board.close)
+    check = AgreementCheck(comm, 60.0, board, mpiring.algorithms.name_of_code,
+                           lambda c: Collective(c).label)
+    if not check.posts:
+        closing.close()
+        pytest.skip("several nodes: no row checks on the GPU there")
     sent: list[tuple[int, int]] = []
     check.gpu_codes = frozenset({mpiring.algorithms.get("oneshot").code})
     check.notify = sent.append
@@ -77,16 +90,16 @@ def _gpu_check(world: MPI.Intracomm):
                  memory=int(mpiring.core.buffers.Memory.CUDA), collective=1)
         return v
 
-    return comm, check, sent, values
+    return closing, check, sent, values
 
 
 def test_posted_and_host_checked_calls_share_the_board(world: MPI.Intracomm) -> None:
     """Calls the GPU checks (posted, no wait) and calls checked on the host alternate at random,
     the same on every rank, with stragglers: a posting rank runs ahead at most 3 calls, no host
     check ever sees a line of another call (no false mismatch), and no notice is sent."""
-    comm, check, sent, values = _gpu_check(world)
+    closing, check, sent, values = _gpu_check(world)
     plan, mine = np.random.default_rng(7), np.random.default_rng(50 + world.rank)
-    with comm:
+    with closing:
         for k in range(CALLS):
             count = int(plan.integers(1, 1000))
             if mine.random() < 0.01:
@@ -108,9 +121,9 @@ def test_a_host_checked_rank_notices_a_peer_whose_kernel_waits(world: MPI.Intrac
     it agree again."""
     from mpiring.core import descriptor
 
-    comm, check, sent, values = _gpu_check(world)
+    closing, check, sent, values = _gpu_check(world)
     last = world.rank == world.size - 1
-    with comm:
+    with closing:
         for case in ("other row", "rejected", "other row"):
             if not last:
                 check.post(check.line(values("oneshot", 100)))

@@ -18,7 +18,6 @@ from mpi_support import all_ok
 
 import mpiring
 from mpiring import algorithms
-from mpiring.call.replay import Replays
 
 world = MPI.COMM_WORLD
 REPLAYED: list[int] = []  # one entry per replayed call
@@ -59,7 +58,7 @@ def row():
 
 def keyed_comm(**kwargs) -> mpiring.Communicator:
     comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
-    comm._held.replays = Replays(Keyed)  # what a GPU communicator keys on: here, the stand-in
+    comm.replays.array_type = Keyed  # what a GPU communicator keys on (CuPy's arrays): the stand-in
     return comm
 
 
@@ -97,6 +96,9 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(in_place) -> Non
                 problems.append(f"call {call}: {int(np.sum(out != want))} wrong elements")
         if len(REPLAYED) != calls - 1:
             problems.append(f"{len(REPLAYED)} of {calls} calls replayed, expected all but the first")
+        stats = comm.stats()
+        if (stats.planned, stats.replayed) != (1, calls - 1):
+            problems.append(f"comm.stats() counts {stats.planned} planned, {stats.replayed} replayed")
     all_ok(problems)
 
 

@@ -137,7 +137,7 @@ def test_mpiring_tune_writes_the_users_table_and_auto_then_uses_it(shared, monke
         want = tuning_lookup.ONE_RANK if world.size == 1 else tuning_lookup.USER
         if choice.origin != want or (world.size > 1 and choice.path != str(path)):
             problems.append(f"comm.tuning: {choice}")
-        if comm._dispatch.tuning is not choice.table:  # internal: the table the dispatcher holds
+        if comm.tuning_table is not choice.table:  # the table the call path holds
             problems.append("the dispatcher reads another table than comm.tuning")
     verdict(problems)
 
