@@ -24,6 +24,7 @@ tolerance  # mpiring.core.ops.tolerance: the error bound of a floating reduction
 # -- a schedule whose GPU body is not written yet (issue 27: the copy-engine two-shot row) ---------
 AllToAllPlan  # ring.alltoall_schedule: the all-to-all two-shot's plan, run on a model machine by tests
 staging_elements  # AllToAllPlan.staging_elements: staging one rank holds (the row's memory bound)
+elements  # alltoall_schedule.Copy/Fold.elements: how many elements an operation moves (the model reads it)
 
 # -- the benchmark -------------------------------------------------------------------------------
 NcclDirect, MpiDirect, NcclSymm, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)

@@ -162,7 +162,7 @@ def test_the_agreement_check_is_timed_by_default_and_off_on_request(capsys):
     assert "--no-time-agreement" in build_parser().format_help()
     from mpiring.bench.tune import parse_args as tune_args
 
-    assert tune_args([]).bench.time_agreement is False  # the tuner measures as the shipped table was
+    assert tune_args([]).bench.time_agreement is True  # the tuner times as users call: the check on
 
 
 class CheckRecordingComm:

@@ -30,6 +30,7 @@ import ctypes
 import json
 import statistics
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Machine:
         self.n = self.rt.getDeviceCount()
         if self.n < 2:
             sys.exit(f"python -m tools.ce_patterns needs at least 2 GPUs, this process sees {self.n}")
-        self.streams: dict[tuple[int, int], object] = {}
+        self.streams: dict[tuple[int, int], Any] = {}
         self.gate = cupy.RawKernel(kernels.source("enqueue.cu"), "gate")
         self.pinned = cupy.cuda.alloc_pinned_memory(4)  # mapped into every GPU (unified addressing)
         self.word = (ctypes.c_int32 * 1).from_address(self.pinned.ptr)
