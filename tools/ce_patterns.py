@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     machine = Machine()
-    print(f"# {machine.n} GPUs, peer access between every pair; host-timed, median of {args.reps}")
+    print(f"# {machine.n} GPUs, peer access between every pair; copies behind a gate, timed by events, "
+          f"median of {args.reps}")
     print(f"{'size':>8} {'ring step':>11} {'all-to-all':>11} {'fold':>9} "
           f"{'ring floor':>11} {'two-shot floor':>15} {'busbw':>8}")
     rows = []
