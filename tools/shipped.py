@@ -43,7 +43,7 @@ GPU, LINK = "NVIDIA H200", "nvlink"
 LINK_EVIDENCE = ("docs/results.md: '4 × H200 (NVLink, all-to-all)' and '2 × H200 (NVLink)' "
                  "(the results' metadata does not record the link)")
 SOURCES = {2: ("results/h200x2-7230227.csv", "results/h200x2-graph-7230227.csv"),
-           4: ("results/h200x4.csv", "results/h200x4-graph.csv")}
+           4: ("results/h200x4-785a13a.csv", "results/h200x4-graph-785a13a.csv")}
 # Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm, every auto
 # candidate) on the reference machine: its overlap entries. None yet for 2 or 4 H200s.
 OVERLAP_SOURCES: dict[int, str] = {}
