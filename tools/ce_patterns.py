@@ -10,15 +10,18 @@ over n GPUs:
               which runs 2(n-1) of them;
   all-to-all  each GPU copies S/n bytes to every other GPU, a stream per peer, all at once:
               one phase of the two-shot (reduce-scatter's pushes; all-gather's are the same);
-  fold        on one GPU, the sum of n arrays of S/n bytes (CuPy's reduction over a stacked
-              axis): the two-shot's fold per round, bound by memory bandwidth.
+  permuted    the same bytes as n-1 steps, one peer at a time per GPU (step s: GPU i to GPU
+              i+s), each GPU's steps in order on one stream: every GPU sends to one peer and
+              receives from one at a time, as in a ring step, but no step waits for a fold;
+  fold        on one GPU, out = s_0 + s_1 + ... + s_(n-1) over n arrays of S/n bytes, in that
+              order (``tools/csrc/ce_patterns.cu``): the two-shot's fold, bound by memory.
 
 Every GPU's copy streams wait behind a *gate* (``tools/csrc/enqueue.cu``: a kernel spinning
 on a word of pinned host memory) until all copies are enqueued, so they start together; a
 pattern's time is, over the GPUs, the longest from the gate's opening (an event after it) to
 the end of that GPU's last copy, ``--reps`` times; the median is printed with the bound it implies:
-``2(n-1) x ring step`` for a ring whose steps did nothing else, ``2 x all-to-all + fold`` for a
-two-shot without overlap. Neither counts flag waits or kernel launches: they are floors.
+``2(n-1) x ring step`` for a ring whose steps did nothing else, ``2 x min(all-to-all, permuted)
++ fold`` for a two-shot without overlap. Neither counts flag waits: they are floors.
 
     python -m tools.ce_patterns [--sizes 1M,4M,16M,64M,256M,1G] [--reps 20] [--json FILE]
 """
@@ -88,9 +91,10 @@ class Machine:
             with self.cupy.cuda.Device(i):
                 self.rt.deviceSynchronize()
 
-    def copies(self, pairs: list[tuple[int, int]], src: list, dst: dict, nbytes: int) -> float:
-        """Seconds for every copy i -> j of ``pairs`` at once, each on its own stream, behind
-        the gate: the longest, over the GPUs, from the gate's opening to their last copy's end."""
+    def copies(self, lanes: list[list[tuple[int, int]]], src: list, dst: dict, nbytes: int) -> float:
+        """Seconds for the copies i -> j of ``lanes``: the lanes at once, each on its own stream
+        (the stream of its first pair), a lane's copies in order, behind the gate: the longest,
+        over the GPUs, from the gate's opening to their last copy's end."""
         cp = self.cupy
         self.sync()
         self.word[0] = 0
@@ -101,11 +105,14 @@ class Machine:
                 opened.append(cp.cuda.Event())
                 opened[-1].record(self.gates[i])
         ends = []
-        for i, j in pairs:
+        for lane in lanes:
+            i = lane[0][0]
             with cp.cuda.Device(i):
-                stream = self.streams[i, j]
+                stream = self.streams[lane[0]]
                 stream.wait_event(opened[i])
-                self.rt.memcpyPeerAsync(dst[i, j].data.ptr, j, src[i].data.ptr, i, nbytes, stream.ptr)
+                for src_gpu, j in lane:
+                    self.rt.memcpyPeerAsync(dst[src_gpu, j].data.ptr, j, src[src_gpu].data.ptr, src_gpu,
+                                            nbytes, stream.ptr)
                 ends.append((i, cp.cuda.Event()))
                 ends[-1][1].record(stream)
         self.word[0] = 1  # every copy is enqueued: open the gates
@@ -117,16 +124,21 @@ class Machine:
         return longest
 
     def fold(self, nbytes: int, reps: int) -> float:
-        """Median seconds of the sum of n float32 arrays of ``nbytes`` each on GPU 0."""
+        """Median seconds of the rank-ordered fold of n float32 arrays of ``nbytes`` each on GPU 0."""
         cp = self.cupy
         with cp.cuda.Device(0):
-            stack = cp.ones((self.n, max(1, nbytes // 4)), dtype=cp.float32)
-            out = cp.empty(stack.shape[1], dtype=cp.float32)
+            n4 = max(1, nbytes // 16)
+            sources = [cp.ones(4 * n4, dtype=cp.float32) for _ in range(self.n)]
+            pointers = cp.array([x.data.ptr for x in sources], dtype=cp.uint64)
+            out = cp.empty(4 * n4, dtype=cp.float32)
+            kernel = cp.RawKernel(kernels.source("ce_patterns.cu"), "fold_ranked")
+            sms = cp.cuda.Device(0).attributes["MultiProcessorCount"]
+            blocks = int(min(4 * sms, -(-n4 // 256)))
             times = []
             for _ in range(reps + 2):
                 a, b = cp.cuda.Event(), cp.cuda.Event()
                 a.record()
-                cp.sum(stack, axis=0, out=out)
+                kernel((blocks,), (256,), (out, pointers, np.int32(self.n), np.int64(n4)))
                 b.record()
                 b.synchronize()
                 times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
@@ -137,16 +149,19 @@ def measure(machine: Machine, nbytes: int, reps: int) -> dict:
     n = machine.n
     piece = max(1, nbytes // n)
     src, dst = machine.buffers(piece)
-    ring = [(i, (i + 1) % n) for i in range(n)]
-    alltoall = [(i, j) for i in range(n) for j in range(n) if j != i]
+    ring = [[(i, (i + 1) % n)] for i in range(n)]
+    alltoall = [[(i, j)] for i in range(n) for j in range(n) if j != i]
+    permuted = [[(i, (i + s) % n) for s in range(1, n)] for i in range(n)]
     step = statistics.median(machine.copies(ring, src, dst, piece) for _ in range(reps))
     phase = statistics.median(machine.copies(alltoall, src, dst, piece) for _ in range(reps))
+    steps = statistics.median(machine.copies(permuted, src, dst, piece) for _ in range(reps))
     fold = machine.fold(piece, reps)
     del src, dst
     ring_floor = 2 * (n - 1) * step
-    twoshot_floor = 2 * phase + fold
+    twoshot_floor = 2 * min(phase, steps) + fold
     return dict(bytes=nbytes, gpus=n, ring_step_us=step * 1e6, alltoall_phase_us=phase * 1e6,
-                fold_us=fold * 1e6, ring_floor_us=ring_floor * 1e6, twoshot_floor_us=twoshot_floor * 1e6,
+                permuted_phase_us=steps * 1e6, fold_us=fold * 1e6, ring_floor_us=ring_floor * 1e6,
+                twoshot_floor_us=twoshot_floor * 1e6,
                 twoshot_floor_busbw_gbs=2 * (n - 1) / n * nbytes / twoshot_floor / 1e9)
 
 
@@ -160,15 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     machine = Machine()
     print(f"# {machine.n} GPUs, peer access between every pair; copies behind a gate, timed by events, "
           f"median of {args.reps}")
-    print(f"{'size':>8} {'ring step':>11} {'all-to-all':>11} {'fold':>9} "
+    print(f"{'size':>8} {'ring step':>11} {'all-to-all':>11} {'permuted':>11} {'fold':>9} "
           f"{'ring floor':>11} {'two-shot floor':>15} {'busbw':>8}")
     rows = []
     for text in args.sizes.split(","):
         row = measure(machine, parse_size(text), args.reps)
         rows.append(row)
         print(f"{text:>8} {row['ring_step_us']:9.1f}us {row['alltoall_phase_us']:9.1f}us "
-              f"{row['fold_us']:7.1f}us {row['ring_floor_us']:9.1f}us {row['twoshot_floor_us']:13.1f}us "
-              f"{row['twoshot_floor_busbw_gbs']:6.1f}GB/s", flush=True)
+              f"{row['permuted_phase_us']:9.1f}us {row['fold_us']:7.1f}us {row['ring_floor_us']:9.1f}us "
+              f"{row['twoshot_floor_us']:13.1f}us {row['twoshot_floor_busbw_gbs']:6.1f}GB/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(tool="tools.ce_patterns", gpus=machine.n, reps=args.reps, rows=rows), f, indent=1)
