@@ -13,8 +13,9 @@ elements. In round ``k``:
   (one area per owner), and each rank's *collect* copies it into its output.
 
 Staging is double-buffered: round ``k`` uses slot ``(use - 1) % 2``, where ``use`` numbers the
-rounds of one stage over every call of one communicator, 1, 2, 3, ... (``base + k + 1``; the
-:class:`Rounds` of the earlier calls, the same on every rank because their counts are). The
+rounds of one stage over every call of one communicator, 1, 2, 3, ... (``done + k + 1``, where
+``done`` is that stage's count in the :class:`Rounds` of the earlier calls, the same on every
+rank because their counts are). The
 reduce-scatter stage (inbound staging, the fold) and the all-gather stage (gather staging, the
 collect) count their rounds apart, as a reduce-scatter or an all-gather call runs one. Every
 cross-process signal is a monotonic counter in the memory of the rank that waits on it, set
@@ -32,7 +33,8 @@ gathered[o]         rank        owner o's reduced piece of round ``use`` is in  
                                 my gather area
 gather_free[r]      owner       rank r collected round ``use``: my area there is   r (collect)
                                 free again
-pushed[o]           rank        my push to owner o of round ``use`` read my input  me (push)
+pushed[0]           rank        my push to owner 0 of round ``use`` read my input  me (push)
+                                (a reduce-scatter in place only: see below)
 ==================  ==========  =================================================  ==========
 
 A wait is ``flag >= value``; a slot is reused two rounds later, so a push of round ``use``
