@@ -37,14 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from mpiring.bench.sizes import parse_size
+
 from . import kernels
 
 SIZES = "1M,4M,16M,64M,256M,1G"
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 class Machine:
