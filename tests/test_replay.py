@@ -105,11 +105,11 @@ def test_without_an_array_type_nothing_is_keyed() -> None:
 
 
 @given(st.integers(0, 1 << 40))
-def test_a_key_read_off_the_arrays_is_marked_as_such(pointer) -> None:
-    """The dispatcher keeps plans under these keys and under keys of described buffers
-    (``("described", ...)``): the first element keeps the two kinds apart."""
+def test_a_key_read_off_the_arrays_never_meets_a_described_one(pointer) -> None:
+    """The dispatcher keeps plans under these keys and under keys of described buffers, which
+    start with ``"described"``: a key read off the arrays starts with the collective."""
     k = key(CallKeys(FakeArray), FakeArray(pointer))
-    assert k is not None and k[0] == "raw" and k != ("described",) + k[1:]
+    assert k is not None and k[0] is Collective.ALLREDUCE and k[0] != "described"
 
 
 def _prepared(bind=True, wrapped=False, count=8, capturing=False, row_name="oneshot"):

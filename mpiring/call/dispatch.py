@@ -57,7 +57,7 @@ class Replay(NamedTuple):
     capturing: Callable[[], bool] | None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Plan:
     """What a call of one shape runs, decided once (see :meth:`Dispatcher.prepare`); every
     field is fixed when it is made but ``replay``, set once after its first call ran."""
@@ -143,7 +143,7 @@ class Dispatcher:
         recv = describe(recvbuf, "recvbuf")
         in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
         send = recv if in_place else describe(sendbuf, "sendbuf")
-        if key is None:
+        if key is None:  # tagged: never equal to a key read off the arrays (CallKeys.key)
             key = ("described", collective, the_op, nb, algorithm, algorithms.version(), recv.address,
                    recv.count, recv.dtype, recv.memory, recv.readonly,
                    None if in_place else (send.address, send.count, send.dtype, send.memory))

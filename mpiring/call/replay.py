@@ -134,8 +134,9 @@ class CallKeys:
                 return None
         if not (algorithm is None or type(algorithm) is str) or not (batches is None or type(batches) is int):
             return None
-        # "raw": never equal to the dispatcher's keys of described buffers (one cache holds both)
-        return ("raw", collective, recv, send, op_key, algorithm, batches, algorithms.version())
+        # Never equal to the dispatcher's keys of described buffers, which start with "described"
+        # (one cache holds both).
+        return (collective, recv, send, op_key, algorithm, batches, algorithms.version())
 
 
 def replay_for(collective: Collective, prepared: Prepared, checked: bool,
