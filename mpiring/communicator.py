@@ -27,9 +27,9 @@ from .algorithms import Collective
 from .auto import tuning as auto_tuning
 from .auto.table import TuningTable
 from .call.agreement import FIELDS
-from .call.dispatch import Dispatcher
+from .call.dispatch import Dispatcher, Key, Replay
 from .call.options import Options, check_comm, empty_like
-from .call.replay import Key, Replay, Replays
+from .call.replay import CallKeys, replay_for
 from .context.rails import INTERS
 from .core.buffers import Memory
 from .core.consensus import REJECTED
@@ -266,15 +266,15 @@ class Communicator:
     def replays_kept(self) -> int:
         """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.call.replay`):
         0 on host arrays and with ``replay=False``."""
-        return len(self._held.replays)
+        return self._dispatch.replays_kept()
 
     @property
-    def replays(self) -> Replays:
-        """The table of this communicator's eager replays (:class:`mpiring.call.replay.Replays`):
-        ``len()`` is :attr:`replays_kept`. Its ``array_type`` is the array type whose calls get
-        a key (CuPy's on GPUs, None on host arrays, whose calls never replay): a test may set a
-        stand-in type there to replay host calls of a toy row with a ``bind`` entry."""
-        return self._held.replays
+    def call_keys(self) -> CallKeys:
+        """How this communicator keys a call's shape off its arrays for the eager replay
+        (:class:`mpiring.call.replay.CallKeys`). Its ``array_type`` is the array type whose calls
+        get a key (CuPy's on GPUs, None on host arrays, whose calls never replay): a test may set
+        a stand-in type there to replay host calls of a toy row with a ``bind`` entry."""
+        return self._held.call_keys
 
     def stats(self) -> CallStats:
         """This rank's counts of its calls so far (:class:`CallStats`): planned, replayed,
@@ -339,12 +339,13 @@ class Communicator:
         if not self._lock.acquire(False):
             raise self._busy(collective.label)
         try:
-            replays = self._held.replays
-            key = replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
-            replay = replays.get(key)
+            keys = self._held.call_keys
+            key = keys.key(collective, sendbuf, recvbuf, op, algorithm, batches)
+            plan = self._dispatch.planned(key)  # the one cache of a shape's decisions
+            replay = None if plan is None else plan.replay
             # A torch tensor: order the call on torch's current stream (mpiring.cuda.streams).
             stream = (torch_stream(recvbuf) if self._held.gpu is not None
-                      and type(recvbuf) is not replays.array_type else None)
+                      and type(recvbuf) is not keys.array_type else None)
             with stream if stream is not None else _CURRENT:
                 if replay is not None and self._replay(replay):  # a shape seen before (mpiring.call.replay)
                     return
@@ -376,7 +377,7 @@ class Communicator:
         values = dict.fromkeys(FIELDS, 0)
         self._planned += 1
         try:
-            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches)
+            prepared = self._dispatch.prepare(collective, sendbuf, recvbuf, op, algorithm, batches, key)
             values.update(prepared.values)
         except Exception as err:  # any local failure must reach the peers, or they hang
             rejected = err
@@ -394,9 +395,10 @@ class Communicator:
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
             self._fail(err)
             raise
-        if key is not None:  # later calls of this shape may replay it (mpiring.call.replay)
+        plan = prepared.plan
+        if key is not None and plan is not None and plan.replay is None:  # later calls may replay it
             host_checked = checked and not self._held.check.posts(gpu_check)
-            self._held.replays.keep(key, collective, prepared, checked, host_checked)
+            plan.replay = replay_for(collective, prepared, checked, host_checked)  # mpiring.call.replay
         self._held.check.after()  # after this call is enqueued: what the GPU check found earlier
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
@@ -489,6 +491,7 @@ class Communicator:
             raise self._busy("close()")
         try:
             self._closed = True
+            self._dispatch.clear()  # the plans' replays name staging that is about to go
             self._held.release(self.groups, self._failed is not None)  # mpiring.lifetime
         finally:
             self._lock.release()
@@ -505,6 +508,7 @@ class Communicator:
         if self._failed is not None:
             self._closed = True
             with contextlib.suppress(Exception):
+                self._dispatch.clear()
                 self._held.release(self.groups, True)
 
     def __enter__(self) -> Communicator:

@@ -14,7 +14,7 @@ from .algorithms import Collective
 from .call.agreement import AgreementCheck
 from .call.call_check import CallCheck
 from .call.options import DEFAULT_HOST_SLOT_BYTES, Options
-from .call.replay import Replays
+from .call.replay import CallKeys
 from .context.host import HostBackend
 from .core.errors import MpiringError, PeerFailedError, UnavailableError
 from .node.control import ControlBoard
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 class Resources:
     """One communicator's control board (node shared memory), host context, GPU context (when
-    every rank uses a GPU), per-call check and eager replays.
+    every rank uses a GPU), per-call check and the keys of eager replays.
 
     ``comm`` is the communicator's own duplicate; ``fail(err)`` marks it failed (the call check
     calls it); ``watch`` is what every host wait also polls (set here to the board's failure
@@ -44,7 +44,7 @@ class Resources:
         self.host: HostBackend | None = None
         self.gpu: GpuBackend | None = None
         self.check: CallCheck  # made by set_up, with the board
-        self.replays = Replays(None)  # keyed on CuPy arrays once the GPU context exists
+        self.call_keys = CallKeys(None)  # keys calls on CuPy arrays once the GPU context exists
 
     def set_up(self, groups: Groups, gpu: bool | None, device: int | None, opts: Options,
                inter: str, steps: float) -> HostBackend:
@@ -83,8 +83,8 @@ class Resources:
 
             self.gpu = GpuBackend(groups, board, device, slot_bytes, timeouts, inter, opts.sm_budget)
             self.check.use_gpu(self.gpu, opts.check_mode)
-            if opts.replay:  # else Replays(None): it keys no call, so none replays
-                self.replays = Replays.for_gpu()
+            if opts.replay:  # else CallKeys(None): it keys no call, so none replays
+                self.call_keys = CallKeys.for_gpu()
         return host
 
     def release(self, groups: Groups | None, failed_here: bool, peers_failed_too: bool = False) -> None:
@@ -94,7 +94,6 @@ class Resources:
         After a failure (here: ``failed_here``, or on a peer) nothing waits for peers: they may
         be gone; unless ``peers_failed_too`` (every rank met the same set-up error), when the
         control board is closed with the usual bounded handshake."""
-        self.replays.clear()  # their launches name staging that is about to go
         peers = self.board.failed_peers() if self.board is not None else []
         failed = (failed_here and not peers_failed_too) or bool(peers)
         error: MpiringError | None = None

@@ -1,6 +1,6 @@
 """Tests use mpiring's objects through their public names: no test reaches into an object's
 private attributes (``comm._held.gpu``, ``comm._dispatch.prepare = ...``). What a test needs to
-see or steer gets a public, documented way in (``Communicator.stats()``, ``.replays``,
+see or steer gets a public, documented way in (``Communicator.stats()``, ``.call_keys``,
 ``.last_stream``, ``.tuning_table``, ``.ring_pipeline(events=True)``, ``.disable_gpu_timeouts()``),
 or the test builds the component under test through its own API (the agreement board of
 ``tests/mpi/test_mpi_agreement_board.py``). ``tests/test_architecture.py`` holds the package's

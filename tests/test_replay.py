@@ -1,6 +1,7 @@
 """mpiring.call.replay: the key of a call is its whole shape (every field that the full path decides
-on), calls of other argument types have none, the table is bounded, and a replay is kept only
-for calls that need nothing but their launch (and the check's post)."""
+on), calls of other argument types have none, keys read off arrays never equal the dispatcher's
+keys of described buffers (one cache holds both), and a call leaves a replay only when it needs
+nothing but its launch (and the check's post)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from mpi4py import MPI
 from mpiring import algorithms
 from mpiring.algorithms import Collective
 from mpiring.call.agreement import FIELDS, AgreementCheck
-from mpiring.call.replay import Replay, Replays
+from mpiring.call.replay import CallKeys, replay_for
 from mpiring.core.ops import Op
 
 
@@ -28,13 +29,13 @@ class FakeArray:
         self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
 
 
-def key(replays: Replays, recv, send=None, op=MPI.SUM, algorithm=None, batches=None,
+def key(replays: CallKeys, recv, send=None, op=MPI.SUM, algorithm=None, batches=None,
         collective=Collective.ALLREDUCE):
     return replays.key(collective, send, recv, op, algorithm, batches)
 
 
 def test_the_same_shape_gives_the_same_key_and_in_place_is_one_shape() -> None:
-    r = Replays(FakeArray)
+    r = CallKeys(FakeArray)
     assert key(r, FakeArray(64)) == key(r, FakeArray(64))
     assert key(r, FakeArray(64), None) == key(r, FakeArray(64), MPI.IN_PLACE)
     assert key(r, FakeArray(64), FakeArray(128)) == key(r, FakeArray(64), FakeArray(128))
@@ -59,7 +60,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("change", sorted(VARIANTS))
 def test_every_field_of_the_shape_is_in_the_key(change) -> None:
-    r = Replays(FakeArray)
+    r = CallKeys(FakeArray)
     base = dict(recv=FakeArray(64), send=FakeArray(128) if change == "send pointer" else None)
     changed = {**base, **VARIANTS[change]}
     assert key(r, **base) is not None and key(r, **changed) is not None
@@ -67,7 +68,7 @@ def test_every_field_of_the_shape_is_in_the_key(change) -> None:
 
 
 def test_a_new_row_in_the_table_changes_every_key() -> None:
-    r = Replays(FakeArray)
+    r = CallKeys(FakeArray)
     before = key(r, FakeArray(64))
     row = algorithms.Algorithm("replay-test-row", 4242, algorithms.HOST, lambda b, c: None,
                                summary="-", best_for="-")
@@ -92,26 +93,23 @@ def test_arguments_of_other_types_have_no_key(args) -> None:
     unhashable in mpi4py, is no key either."""
     op = args.get("op")
     try:
-        assert key(Replays(FakeArray), **args) is None
+        assert key(CallKeys(FakeArray), **args) is None
     finally:
         if isinstance(op, MPI.Op) and op not in (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN):
             op.Free()
 
 
 def test_without_an_array_type_nothing_is_keyed() -> None:
-    assert key(Replays(None), FakeArray(64)) is None
-    assert key(Replays(None), None) is None
+    assert key(CallKeys(None), FakeArray(64)) is None
+    assert key(CallKeys(None), None) is None
 
 
-@given(st.lists(st.integers(0, 50), max_size=200))
-def test_the_table_is_bounded_and_answers_what_it_learned(pointers) -> None:
-    r = Replays(FakeArray, limit=8)
-    for p in pointers:
-        k = key(r, FakeArray(p))
-        replay = Replay(lambda: None, None, None)
-        r.learn(k, replay)
-        assert len(r) <= 8 and r.get(k) is replay
-    assert r.get(None) is None
+@given(st.integers(0, 1 << 40))
+def test_a_key_read_off_the_arrays_never_meets_a_described_one(pointer) -> None:
+    """The dispatcher keeps plans under these keys and under keys of described buffers, which
+    start with ``"described"``: a key read off the arrays starts with the collective."""
+    k = key(CallKeys(FakeArray), FakeArray(pointer))
+    assert k is not None and k[0] is Collective.ALLREDUCE and k[0] != "described"
 
 
 def _prepared(bind=True, wrapped=False, count=8, capturing=False, row_name="oneshot"):
@@ -137,26 +135,25 @@ def _prepared(bind=True, wrapped=False, count=8, capturing=False, row_name="ones
 def test_only_calls_that_need_nothing_but_their_launch_are_kept(case, kept) -> None:
     """Not kept: a row without ``bind``, a run wrapped by the dispatcher (avg: sum then divide),
     zero elements, a call made while a graph is captured."""
-    r = Replays(FakeArray)
     prepared, runs = _prepared(**case)
-    r.keep(("k",), Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
-    assert (r.get(("k",)) is not None) is kept
-    if kept:
-        r.get(("k",)).enqueue()
+    replay = replay_for(Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
+    assert (replay is not None) is kept
+    if replay is not None:
+        replay.enqueue()
         # the row's bind, on the call it ran, enqueued on the caller's ordered stream
         assert runs == [("oneshot", (0x1000, 0x2000, prepared.call.recv.count, "f4", "sum", (1, 2)), 77)]
 
 
 @pytest.mark.parametrize("row_name", ["oneshot", "twoshot", "oneshot-ll"])
 def test_the_check_is_posted_by_a_replay_or_keeps_it_from_being_kept(row_name) -> None:
-    r = Replays(FakeArray)
     prepared, _ = _prepared(row_name=row_name)
-    r.keep(("a",), Collective.ALLREDUCE, prepared, checked=True, host_checked=True)
-    assert r.get(("a",)) is None  # a host wait on every call: the full path
-    r.keep(("b",), Collective.ALLREDUCE, prepared, checked=True, host_checked=False)
-    assert r.get(("b",)).line.tolist() == AgreementCheck.line(prepared.values).tolist()  # posted
-    r.keep(("c",), Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
-    assert r.get(("c",)).line is None  # no check: one rank, or check=False
+    # a host wait on every call: the full path
+    assert replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=True) is None
+    posted = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=False)
+    assert posted is not None and posted.line is not None
+    assert posted.line.tolist() == AgreementCheck.line(prepared.values).tolist()
+    unchecked = replay_for(Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
+    assert unchecked is not None and unchecked.line is None  # no check: one rank, or check=False
 
 
 def test_every_row_that_binds_is_a_one_launch_gpu_row() -> None:
@@ -206,7 +203,7 @@ TENSOR_VARIANTS = {
 
 @pytest.mark.parametrize("change", sorted(TENSOR_VARIANTS))
 def test_a_cuda_tensors_shape_is_its_key(torch_imported, change) -> None:
-    r = Replays(FakeArray, tensors=True)
+    r = CallKeys(FakeArray, tensors=True)
     base = dict(recv=FakeTensor(64))
     assert key(r, **base) == key(r, FakeTensor(64)) is not None
     assert key(r, **base) != key(r, **{**base, **TENSOR_VARIANTS[change]})
@@ -219,10 +216,10 @@ def test_tensors_not_keyed(torch_imported) -> None:
     class Sub(FakeTensor):
         pass
 
-    r = Replays(FakeArray, tensors=True)
+    r = CallKeys(FakeArray, tensors=True)
     assert key(r, FakeTensor(64, is_cuda=False)) is None
     assert key(r, Sub(64)) is None
-    assert key(Replays(FakeArray), FakeTensor(64)) is None
+    assert key(CallKeys(FakeArray), FakeTensor(64)) is None
     assert key(r, FakeArray(64), FakeTensor(8, is_cuda=False)) is None
     assert key(r, FakeArray(64), FakeTensor(8)) is not None  # a CuPy recv, a CUDA tensor send
 
@@ -231,7 +228,7 @@ def test_lazy_negations_and_sparse_tensors_take_the_full_path(torch_imported) ->
     """A negative-bit view shares its base's pointer, shape, strides and dtype, so a replay of
     the base would reduce the un-negated memory; a sparse tensor has no pointer. Neither is keyed:
     the full path's description refuses them by name (tests/test_buffers.py)."""
-    r = Replays(FakeArray, tensors=True)
+    r = CallKeys(FakeArray, tensors=True)
     assert key(r, FakeTensor(64)) is not None
     assert key(r, FakeTensor(64, neg=True)) is None
     assert key(r, FakeTensor(64, layout=SPARSE)) is None
@@ -240,4 +237,4 @@ def test_lazy_negations_and_sparse_tensors_take_the_full_path(torch_imported) ->
 
 def test_without_torch_imported_no_tensor_is_keyed(monkeypatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
-    assert key(Replays(FakeArray, tensors=True), FakeTensor(64)) is None
+    assert key(CallKeys(FakeArray, tensors=True), FakeTensor(64)) is None

@@ -2,9 +2,10 @@
 
 :meth:`Dispatcher.prepare` describes and checks the buffers of one call on this rank (raising
 what is wrong here, before any rank moves data), resolves ``auto``, and packs the values the
-agreement check compares: a :class:`Plan`, kept per call shape (the one cache of this module;
-the eager replay of :mod:`mpiring.call.replay` keeps, per shape of CuPy and torch arrays, the
-bound launch of a plan). :meth:`Dispatcher.row` is the resolution alone (``resolve()``).
+agreement check compares: a :class:`Plan`, kept per call shape — the one cache of a call's
+decisions, which also holds the plan's :class:`Replay` once :mod:`mpiring.call.replay` bound one
+(calls on CuPy arrays and CUDA tensors, keyed off the arrays: ``key``).
+:meth:`Dispatcher.row` is the resolution alone (``resolve()``).
 Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
 
     Allreduce             send: c        recv: c       (in place: recv holds the input)
@@ -15,9 +16,11 @@ Buffer rules, as mpi4py's (``n`` ranks, ``m`` elements per rank's block):
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
 from mpi4py import MPI
 
 from .. import algorithms
@@ -36,15 +39,28 @@ if TYPE_CHECKING:
     from ..core.topology import Topology
 
 log = logging.getLogger(__name__)
-PLAN_ENTRIES = 4096  # plans kept per communicator (one per call shape; about 1 KiB each)
+PLAN_ENTRIES = 4096  # plans kept per communicator (one per call shape; up to about 2 KiB each
+# with a bound replay): at most about 8 MiB of host memory, the table cleared when full
+Key = tuple[Any, ...]  # a call's shape: CallKeys.key (read off the arrays) or described here
 # One rank, GPU allreduce: up to here auto runs two-shot (one launch: 14-15 µs per eager call
 # on one H200 from 1 KiB to 4 MiB, where the ring took 55-93 µs and NCCL 15-20 µs), above it
 # NCCL (64 MiB: 34.7 µs, against 58.5 µs for two-shot and 61 µs for the ring).
 
 
-@dataclass(frozen=True)
+class Replay(NamedTuple):
+    """What a replayed call does (:mod:`mpiring.call.replay`)."""
+
+    enqueue: Callable[[], None]  # the row's enqueue with every argument fixed (``Algorithm.bind``)
+    line: np.ndarray | None  # what the agreement check posts (AgreementCheck.line); None: no check
+    # Where a capture begun since could change the row: the backend's ``capturing`` (the full
+    # path runs the call while it says True); None: a capture changes nothing.
+    capturing: Callable[[], bool] | None
+
+
+@dataclass(eq=False, slots=True)
 class Plan:
-    """What a call of one shape runs, decided once (see :meth:`Dispatcher.prepare`)."""
+    """What a call of one shape runs, decided once (see :meth:`Dispatcher.prepare`); every
+    field is fixed when it is made but ``replay``, set once after its first call ran."""
 
     row: Algorithm
     run: Run
@@ -54,6 +70,7 @@ class Plan:
     in_place: bool
     ask_capture: bool  # whether a capture begun since could change the row (see Dispatcher.row)
     desc: tuple[int, int]  # ``values`` as the GPU-side check carries them (rows with gpu_check)
+    replay: Replay | None = None  # the eager fast path of this shape (mpiring.call.replay)
 
 
 class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immutable record
@@ -63,6 +80,7 @@ class Prepared(NamedTuple):  # one per call: a NamedTuple is the cheapest immuta
     backend: Backend
     values: dict[str, int]  # what the agreement check compares
     ask_capture: bool  # whether a capture begun since could change the row (see Dispatcher.row)
+    plan: Plan | None  # the kept plan of this shape (None: made while capturing, not kept)
 
 
 class Dispatcher:
@@ -82,7 +100,7 @@ class Dispatcher:
                       "picks what is fastest alone (measure them: mpiring-tune --overlap)",
                       topology.size)
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
-        self._plans: dict[tuple, Plan] = {}
+        self._plans: dict[Key, Plan] = {}
         self._made: set[str] = set()  # lazy rows that ran outside a capture (the same on every rank)
 
     def backend(self, memory: Memory) -> Backend:
@@ -95,15 +113,29 @@ class Dispatcher:
             )
         return self.gpu
 
+    def planned(self, key: Key | None) -> Plan | None:
+        """The kept plan of the shape ``key`` (None: no key, or none kept): the fast path's lookup."""
+        return None if key is None else self._plans.get(key)
+
+    def replays_kept(self) -> int:
+        """Kept plans that hold a replay."""
+        return sum(plan.replay is not None for plan in self._plans.values())
+
+    def clear(self) -> None:
+        """Drop every plan (and so every replay: their launches name staging about to go)."""
+        self._plans.clear()
+
     def prepare(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
-                algorithm: str | None, batches: int | None) -> Prepared:
+                algorithm: str | None, batches: int | None, key: Key | None = None) -> Prepared:
         """Describe and check one call on this rank: raises what is wrong with it here.
 
         Hot path: every check and decision below depends only on the call's shape (the
         buffers' addresses, counts, dtype, memory and read-only flag, the op, the algorithm
         and batches asked for) and on this communicator's fixed settings, so it is made once
-        per shape and kept (a :class:`Plan`; bounded, keeps no reference to the buffers).
-        Only the buffers' descriptions are made afresh at every call."""
+        per shape and kept (a :class:`Plan`; bounded, keeps no reference to the buffers),
+        under ``key`` (the shape read off the arrays: ``CallKeys.key``) where the call has one,
+        else under the described shape. Only the buffers' descriptions are made afresh at
+        every call."""
         nb = self.batches if batches is None else check_batches(batches)
         the_op = normalize_op(op)
         if algorithm is not None and type(algorithm) is not str:  # e.g. a list: not a key
@@ -111,24 +143,27 @@ class Dispatcher:
         recv = describe(recvbuf, "recvbuf")
         in_place = sendbuf is None or sendbuf is MPI.IN_PLACE
         send = recv if in_place else describe(sendbuf, "sendbuf")
-        key = (collective, the_op, nb, algorithm, algorithms.version(), recv.address, recv.count,
-               recv.dtype, recv.memory, recv.readonly,
-               None if in_place else (send.address, send.count, send.dtype, send.memory))
+        if key is None:  # tagged: never equal to a key read off the arrays (CallKeys.key)
+            key = ("described", collective, the_op, nb, algorithm, algorithms.version(), recv.address,
+                   recv.count, recv.dtype, recv.memory, recv.readonly,
+                   None if in_place else (send.address, send.count, send.dtype, send.memory))
         plan = self._plans.get(key)
+        kept: Plan | None = plan
         # A row that cannot be captured, or one auto's graph entries would replace, is asked
         # afresh whether a graph is being captured now.
         if plan is None or (plan.ask_capture and plan.backend.capturing()):
             plan = self._plan(collective, send, recv, in_place, the_op, algorithm, nb)
             # Not a plan made while capturing: auto then picks among capturable rows only, and
             # an eager call must not inherit that choice (as in row()).
+            kept = None
             if not plan.backend.capturing():
                 if len(self._plans) >= PLAN_ENTRIES:  # bounded: shapes vary without end in some programs
                     self._plans.clear()
-                self._plans[key] = plan
+                self._plans[key] = kept = plan
                 if plan.row.lazy:  # it runs now, outside a capture: its resources get made
                     self._made.add(plan.row.name)
         call = Call(None if plan.in_place else send, recv, plan.op, nb, plan.desc)
-        return Prepared(call, plan.row, plan.run, plan.backend, plan.values, plan.ask_capture)
+        return Prepared(call, plan.row, plan.run, plan.backend, plan.values, plan.ask_capture, kept)
 
     def _plan(self, collective: Collective, send: Buffer, recv: Buffer, in_place: bool, the_op: Op,
               algorithm: str | None, nb: int | None) -> Plan:

@@ -5,16 +5,18 @@ A call's full path describes its buffers, plans it (checks, ``auto``, the descri
 on that path depends only on the call's *shape* — the buffers' addresses, shapes, strides
 and dtypes, the op, the algorithm and batches asked for, the collective — and on the
 communicator's fixed settings (and, for some rows of ``auto``, on whether a CUDA graph is
-being captured). So once a call of a row with a ``bind`` entry has run, the communicator
-keeps a :class:`Replay`: the row's enqueue with every argument fixed (for the one-launch
+being captured). So once a call of a row with a ``bind`` entry has run, the call's plan
+(:class:`mpiring.call.dispatch.Plan`, kept per shape: the one cache of a call's decisions)
+holds a :class:`Replay`: the row's enqueue with every argument fixed (for the one-launch
 kernels, one ``cuLaunchKernel`` with pre-packed arguments) and what the agreement check
 posts. A later call of the same shape costs a key read off the arrays, one lookup, the
 communicator's health checks, the post and the launch.
 
 Reference semantics, as plain code (``Communicator._collective``)::
 
-    key = replays.key(collective, sendbuf, recvbuf, op, algorithm, batches)
-    replay = replays.get(key)          # None: take the full path, which may learn one
+    key = call_keys.key(collective, sendbuf, recvbuf, op, algorithm, batches)
+    plan = dispatcher.planned(key)     # the plan of this shape, if kept (None: no key, or new)
+    replay = plan and plan.replay      # None: take the full path, which may bind one
     # with a replay, the call does exactly what the full path would for the same arguments:
     usable(); post(replay.line) if replay.line is not None else None; replay.enqueue(); check.after()
 
@@ -25,39 +27,25 @@ reads at every such call. A replay is never
 learned for a call that needs more than its launch: the host-side agreement check, ``avg``
 on a row that sums then divides, zero elements, or a call made while a graph is captured.
 Keys include the algorithm table's version (``algorithms.register``), so a new row retires
-every replay. Bounded: at most :data:`MAX_REPLAYS` per communicator (the table is cleared when
-full), each about 1 KiB of host memory; no reference to the arrays is kept.
+every replay. Bounded with the plans that hold them (:data:`mpiring.call.dispatch.PLAN_ENTRIES`);
+no reference to the arrays is kept.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from mpi4py import MPI
 
 from .. import algorithms
 from ..core.ops import OPS, Op
 from .agreement import AgreementCheck
+from .dispatch import Key, Replay
 
 if TYPE_CHECKING:
     from ..algorithms import Collective
     from .dispatch import Prepared
-
-MAX_REPLAYS = 1024
-Key = tuple[Any, ...]  # a call's shape (Replays.key)
-
-
-class Replay(NamedTuple):
-    """What a replayed call does (see the module docstring)."""
-
-    enqueue: Callable[[], None]  # the row's enqueue with every argument fixed (``Algorithm.bind``)
-    line: np.ndarray | None  # what the agreement check posts (AgreementCheck.line); None: no check
-    # Where a capture begun since could change the row: the backend's ``capturing`` (the full
-    # path runs the call while it says True); None: a capture changes nothing.
-    capturing: Callable[[], bool] | None
 
 
 def _mpi_ops() -> dict[int, Op]:
@@ -73,28 +61,27 @@ def _mpi_ops() -> dict[int, Op]:
 _IN_PLACE = ("in place",)  # the key of sendbuf None or MPI.IN_PLACE
 
 
-class Replays:
-    """One communicator's replays, and the key of a call (None: the call has no key).
+class CallKeys:
+    """The key of a call's shape read off its arguments (None: the call has no key), and the
+    replay a call that ran may leave for later calls of its shape.
 
     Args:
         array_type: the array type keyed by ``data.ptr``, ``shape``, ``strides``, ``dtype``
             (``cupy.ndarray``); None: no type is.
-        limit: replays kept at most.
         tensors: whether CUDA torch tensors are keyed too (by ``data_ptr()``, ``shape``,
             ``stride()``, ``dtype``), once the program has imported torch.
     """
 
-    def __init__(self, array_type: type | None, limit: int = MAX_REPLAYS, tensors: bool = False) -> None:
-        self.array_type, self.limit = array_type, limit
-        self._table: dict[Key, Replay] = {}
+    def __init__(self, array_type: type | None, tensors: bool = False) -> None:
+        self.array_type = array_type
         self._ops = _mpi_ops()
         self._tensors = tensors
         self._tensor_type: type | None = None  # torch.Tensor, looked up once torch is imported
         self._strided: Any = None  # torch.strided, the dense layout, looked up with it
 
     @classmethod
-    def for_gpu(cls) -> Replays:
-        """Replays keyed on CuPy arrays (CuPy is imported once a communicator uses GPUs) and
+    def for_gpu(cls) -> CallKeys:
+        """Keys of calls on CuPy arrays (CuPy is imported once a communicator uses GPUs) and
         CUDA torch tensors."""
         cupy = sys.modules.get("cupy")
         return cls(None if cupy is None else cupy.ndarray, tensors=True)
@@ -122,9 +109,6 @@ class Replays:
             return (buf.data_ptr(), buf.shape, buf.stride(), buf.dtype)
         return None
 
-    def __len__(self) -> int:
-        return len(self._table)
-
     def key(self, collective: int, sendbuf: Any, recvbuf: Any, op: Any, algorithm: Any,
             batches: Any) -> Key | None:
         """The call's shape as a key, or None when an argument is of a type that is not keyed."""
@@ -150,28 +134,19 @@ class Replays:
                 return None
         if not (algorithm is None or type(algorithm) is str) or not (batches is None or type(batches) is int):
             return None
+        # Never equal to the dispatcher's keys of described buffers, which start with "described"
+        # (one cache holds both).
         return (collective, recv, send, op_key, algorithm, batches, algorithms.version())
 
-    def get(self, key: Key | None) -> Replay | None:
-        return None if key is None else self._table.get(key)
 
-    def learn(self, key: Key, replay: Replay) -> None:
-        if len(self._table) >= self.limit:  # bounded: shapes vary without end in some programs
-            self._table.clear()
-        self._table[key] = replay
-
-    def keep(self, key: Key, collective: Collective, prepared: Prepared, checked: bool,
-             host_checked: bool) -> None:
-        """After ``prepared`` ran on the full path: keep its replay if it needs nothing but its
-        launch and, where ``checked``, the check's post (not ``host_checked``: a host wait)."""
-        row = prepared.row
-        if (host_checked or row.bind is None or prepared.run is not row.runner(collective)
-                or prepared.call.recv.count == 0 or prepared.backend.capturing()):
-            return
-        backend = prepared.backend
-        line = AgreementCheck.line(prepared.values) if checked else None
-        self.learn(key, Replay(row.bind(backend, prepared.call), line,
-                               backend.capturing if prepared.ask_capture else None))
-
-    def clear(self) -> None:
-        self._table.clear()
+def replay_for(collective: Collective, prepared: Prepared, checked: bool,
+               host_checked: bool) -> Replay | None:
+    """After ``prepared`` ran on the full path: its replay, if it needs nothing but its launch
+    and, where ``checked``, the check's post (not ``host_checked``: a host wait); else None."""
+    row = prepared.row
+    if (host_checked or row.bind is None or prepared.run is not row.runner(collective)
+            or prepared.call.recv.count == 0 or prepared.backend.capturing()):
+        return None
+    backend = prepared.backend
+    line = AgreementCheck.line(prepared.values) if checked else None
+    return Replay(row.bind(backend, prepared.call), line, backend.capturing if prepared.ask_capture else None)

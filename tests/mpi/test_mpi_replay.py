@@ -58,7 +58,7 @@ def row():
 
 def keyed_comm(**kwargs) -> mpiring.Communicator:
     comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
-    comm.replays.array_type = Keyed  # what a GPU communicator keys on (CuPy's arrays): the stand-in
+    comm.call_keys.array_type = Keyed  # what a GPU communicator keys on (CuPy's arrays): the stand-in
     return comm
 
 

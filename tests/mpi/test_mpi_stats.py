@@ -45,7 +45,7 @@ def test_without_the_check_nothing_is_checked() -> None:
 def test_tables_and_gpu_hooks_of_a_host_communicator() -> None:
     with mpiring.Communicator(world, gpu=False, timeout=60.0) as comm:
         assert comm.tuning_table is comm.tuning.table
-        assert len(comm.replays) == comm.replays_kept == 0 and comm.replays.array_type is None
+        assert comm.replays_kept == 0 and comm.call_keys.array_type is None
         assert comm.last_stream is None
         with pytest.raises(InvalidArgumentError, match="GPU arrays only"):
             comm.ring_pipeline(events=True)
