@@ -65,7 +65,11 @@ def survivors() -> list[int]:
 
 
 def check_failure(job: Job, algo: str) -> None:
-    """Every survivor's call 2 failed as promised; at least one names the victim."""
+    """Every rank's warm-up call succeeded; every survivor's call 2 failed as promised; at
+    least one names the victim."""
+    for r in range(RANKS):  # else call 2 fails at once on a communicator already failed
+        w = job.event(r, "warm-up")
+        assert w["outcome"] == "ok", f"rank {r}: the warm-up call failed: {w}\n{job.explain()}"
     named_victim = False
     for r in survivors():
         f = job.event(r, "fault")
