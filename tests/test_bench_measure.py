@@ -28,8 +28,17 @@ class FakeComm:
         self.calls = 0
         self.checked_calls = 0
         self.counts: list[int] = []
+        self.replays = True  # a call of a count seen before counts as replayed, as on GPUs
+        self.planned = self.replayed = 0
+
+    def stats(self) -> mpiring.CallStats:
+        return mpiring.CallStats(self.planned, self.replayed, self.checked_calls, False)
 
     def Allreduce(self, send, recv, op, *, algorithm=None, batches=None):  # noqa: N802
+        if self.replays and len(recv) in self.counts:
+            self.replayed += 1
+        else:
+            self.planned += 1
         self.calls += 1
         self.checked_calls += int(self.check)
         self.counts.append(len(recv))
@@ -154,6 +163,25 @@ def test_a_second_check_catches_what_the_first_missed():
                       time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
     out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
     assert (out.status, out.wrong) == ("fail", 1) and out.stats is None
+
+
+@pytest.mark.parametrize("replays", [True, False])
+def test_the_replayed_share_of_the_timed_calls(replays):
+    """The row records what share of its timed calls the communicator replayed (its stats()):
+    all of them where the checked calls ran the shape first, none where it never replays; no
+    share for another library's calls (the measurer is handed them)."""
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    comm = FakeComm()
+    comm.replays = replays
+    m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01), check=1,
+                      time_agreement=True, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    point = Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out")
+    out = m.measure(point, bufs)
+    assert out.status == "ok" and out.replayed == (1.0 if replays else 0.0)
+    rival = m.measure(point, bufs, call=lambda: comm.Allreduce(bufs.send, bufs.recv, MPI.SUM))
+    assert rival.status == "ok" and rival.replayed is None
 
 
 def test_integer_poison_catches_a_silent_call():
@@ -350,6 +378,9 @@ def test_serial_end_to_end(tmp_path):
     assert {r["wrong"] for r in rows} == {"0"}
     assert {r["algo"] for r in rows} == {"mpi-direct", "mpi", "ring", "hier", "mpi-twoshot"}
     assert {r["baseline"] for r in rows} == {"mpi-direct"}
+    # host arrays never replay; the rival's calls are not the communicator's
+    assert {r["replayed"] for r in rows if r["algo"] != "mpi-direct"} == {"0.0"}
+    assert {r["replayed"] for r in rows if r["algo"] == "mpi-direct"} == {""}
 
 
 class BlockComm(FakeComm):

@@ -73,6 +73,7 @@ class Outcome:
     needs_rebuild: bool = False
     overlap: Any = None  # an overlap.OverlapResult with --overlap
     wrong: int | None = None  # wrong elements over all ranks (None: not checked)
+    replayed: float | None = None  # share of the timed calls replayed, lowest rank (eager, own rows)
 
 
 @dataclass(frozen=True)
@@ -277,8 +278,11 @@ class PointMeasurer:
                 self._check_odd_count(point, bufs)
             # the communicator's own setting (its default: on), or off (--no-time-agreement)
             self.comm.check = saved and self.time_agreement
+            before = self.comm.stats() if own and not self.graph else None
             outcome = self._time(call, check_label)
             outcome.wrong = wrong
+            if before is not None:
+                outcome.replayed = self._replayed_share(before)
             if self.overlap is not None and outcome.stats is not None:
                 with np.errstate(all="ignore"):  # in place, values grow (see _time)
                     outcome.overlap = self.overlap.measure(call, point.algo,
@@ -287,6 +291,20 @@ class PointMeasurer:
             return outcome
         finally:
             self.comm.check = saved
+
+    def _replayed_share(self, before: Any) -> float | None:
+        """Collective: the share of the calls since ``before`` (``Communicator.stats()``) that
+        were replayed rather than planned afresh (:mod:`mpiring.call.replay`), on the rank where
+        it is lowest; None where no call ran. Eager calls of a kept shape should all be
+        replayed after the first: a lower share means the timed loops paid the full path."""
+        def share() -> float | None:
+            after = self.comm.stats()
+            replayed = after.replayed - before.replayed
+            calls = replayed + after.planned - before.planned
+            return replayed / calls if calls else None
+
+        known = [x for x in agree(self.world, share, share=True) if x is not None]
+        return min(known) if known else None
 
     def _check(self, point: Point, bufs: SizeBuffers, call: Callable[[], None]) -> None:
         """One call on poisoned output (in place: on a fresh copy of the input), then every

@@ -37,6 +37,10 @@ class Row:
     from one start until both streams are done (microseconds, totals, not per call);
     ``overlap_eff`` = (t_gemm + t_ar - t_both) / min(t_gemm, t_ar). ``ar_sms``: the SMs the
     allreduce holds (empty: all it wants, or unknown), ``ar_sms_source`` says which and why.
+    ``replayed``: for mpiring's own rows timed eagerly, the share of the timed calls that were
+    replayed (``Communicator.stats()``; :mod:`mpiring.call.replay`) on the rank where it is
+    lowest: 1.0 where every timed call was replayed (the check's calls ran the shape first);
+    0 on host arrays, which never replay; empty for other libraries' rows and in graphs.
 
     ``noisy``: the slowest repetition took more than :data:`SPREAD_LIMIT` times the fastest
     (``max_us / min_us``; None where not timed), so the median may not repeat: the table marks
@@ -91,6 +95,7 @@ class Row:
     train_eff: float | None = None
     ar_sms: int | None = None  # SMs the allreduce holds (None: all it wants, or unknown)
     ar_sms_source: str = ""  # where ar_sms comes from (mpiring.bench.overlap.sm_hold)
+    replayed: float | None = None  # share of the timed calls replayed (lowest rank; eager mpiring rows)
     noisy: bool | None = None  # max_us / min_us > SPREAD_LIMIT: the median may not repeat
     mpiring: str = ""  # the version of mpiring that measured the row
     commit: str = ""  # its commit (metadata.source_commit): "<sha>[-dirty]", or "unknown"
@@ -140,7 +145,7 @@ _REQUIRED = ("size_bytes", "count", "dtype", "op", "algo", "batches", "placement
              "status", "check")
 _FLOAT_FIELDS = {"time_us", "mean_us", "min_us", "max_us", "std_us", "algbw_gbs", "busbw_gbs",
                  "speedup", "gemm_alone_us", "gemm_overlap_us", "gemm_slowdown", "ar_alone_us",
-                 "ar_overlap_us", "ar_slowdown",
+                 "ar_overlap_us", "ar_slowdown", "replayed",
                  *(c for cols in MAKESPAN_COLUMNS.values() for c in cols[2:])}
 
 

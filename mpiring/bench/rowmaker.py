@@ -79,7 +79,8 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
     row = Row(size_bytes=p.nbytes, count=reported_count(p.collective, p.count, n), dtype=p.dtype,
               op=p.op, algo=p.algo, batches=p.batches_label, placement=p.placement, nranks=n,
               status=out.status, check=out.check, collective=p.collective, wrong=out.wrong,
-              note=out.note, baseline=sw.baseline, batches_used=batches_used(sw, p))
+              note=out.note, baseline=sw.baseline, batches_used=batches_used(sw, p),
+              replayed=out.replayed)
     comm, algorithm = target(sw, p.algo)
     refused = p.algo in VARIANTS and out.status == "unavailable"  # its communicator said no
     if algorithm == AUTO and not refused:  # auto's pick, on the row's communicator
