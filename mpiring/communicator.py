@@ -154,7 +154,7 @@ class Communicator:
             given = auto_tuning.explicit()  # MPIRING_TUNING_FILE, read and checked now
         except InvalidArgumentError as err:
             opts, rejected, given = Options.fallback(), err, None
-        self.algorithm, self.batches, self.check = opts.algorithm, opts.batches, opts.check
+        self.algorithm, self.batches, self._check = opts.algorithm, opts.batches, opts.check
         self.check_mode, self.overlap, self.reproducible = opts.check_mode, opts.overlap, opts.reproducible
         self.timeouts = opts.timeouts
         settings = {**opts.setup_values(inter), REJECTED: str(rejected or "")}
@@ -261,6 +261,25 @@ class Communicator:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def check(self) -> bool:
+        """Whether calls run the agreement check (``check=``; its mode, ``check_mode``, stays).
+        Settable, to the same value on every rank, between calls. A change drops the kept plans
+        of call shapes: a replay carries the check's post, or none, as it was bound
+        (:mod:`mpiring.call.replay`), so a replay bound with the check off would skip it."""
+        return self._check
+
+    @check.setter
+    def check(self, on: bool) -> None:
+        if not self._lock.acquire(False):
+            raise self._busy("the check setter")
+        try:
+            if bool(on) != self._check:
+                self._dispatch.clear()
+            self._check = bool(on)
+        finally:
+            self._lock.release()
 
     @property
     def replays_kept(self) -> int:

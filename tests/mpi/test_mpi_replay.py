@@ -140,6 +140,38 @@ def test_the_host_check_keeps_calls_from_being_replayed() -> None:
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("first", [False, True], ids=["off-then-on", "on-then-off"])
+def test_setting_check_drops_replays_bound_under_the_other_setting(first) -> None:
+    """A replay carries the check as it was bound. Setting ``check`` drops the kept plans: after
+    off -> on, the next call is planned afresh and checked (on several ranks the toy row checks
+    on the host, so it is never replayed again); after on -> off, calls replay without it."""
+    x = np.ones(16)
+    several = world.size > 1
+    with keyed_comm(check=first) as comm:
+        for _ in range(3):
+            x[:] = 1.0
+            comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)
+        before = comm.stats()
+        comm.check = not first
+        comm.check = not first  # the same value again: nothing to drop
+        problems = [] if comm.replays_kept == 0 else [f"{comm.replays_kept} replays kept"]
+        for _ in range(3):
+            x[:] = 1.0
+            comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)
+        after = comm.stats()
+        if not np.all(x == world.size):
+            problems.append(f"result {x[:4]}")
+        checked_now = not first and several  # on several ranks, with the check on: every call
+        planned, replayed, checked = (after.planned - before.planned, after.replayed - before.replayed,
+                                      after.checked - before.checked)
+        want = (3, 0, 3) if checked_now else (1, 2, 0)
+        if (planned, replayed, checked) != want:
+            problems.append(f"(planned, replayed, checked) = {(planned, replayed, checked)}, "
+                            f"expected {want}")
+    all_ok(problems)
+
+
+@pytest.mark.mpi
 def test_a_closed_or_failed_communicator_refuses_a_replayable_call() -> None:
     x = np.ones(16)
     comm = keyed_comm(check=False)
