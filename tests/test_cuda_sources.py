@@ -12,6 +12,7 @@ Without ``cuda.bindings.nvrtc`` these tests skip, unless ``MPIRING_REQUIRE_NVRTC
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
@@ -41,6 +42,22 @@ def test_every_source_compiles_with_every_instantiation(nvrtc, name: str) -> Non
     for expr, symbol in lowered.items():
         assert symbol.startswith("_Z"), (expr, symbol)
     assert len(set(lowered.values())) == len(expressions), "two name expressions lowered to one kernel"
+
+
+ALONE = [("direct.cu", "oneshot"), ("direct.cu", "twoshot"), ("oneshot_ll.cu", "oneshot_ll"),
+         ("notice.cu", "notice")]
+
+
+@pytest.mark.parametrize(("name", "kind"), ALONE, ids=[k for _, k in ALONE])
+def test_a_kernel_compiles_alone(nvrtc, name: str, kind: str) -> None:
+    """mpiring.cuda.direct_kernels compiles each kernel in a program of its own (its first call
+    then waits for one instantiation, not all of them): a random instantiation of each kind
+    compiles warning-free without the others."""
+    choices = [e for e in sources.name_expressions(name) if kind in e]
+    expr = choices[random.Random(f"{name}:{kind}").randrange(len(choices))]
+    compiled, log, lowered = compile_source(nvrtc, sources.source(name), name, [expr])
+    assert compiled and not log.strip(), f"{expr} alone:\n{log}"
+    assert list(lowered) == [expr]
 
 
 def test_name_expressions_cover_every_dtype_and_op() -> None:
