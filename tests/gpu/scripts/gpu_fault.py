@@ -121,16 +121,33 @@ def kill_once_enqueued(comm: mpiring.Communicator, algo: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def compile_kernels(algo: str) -> None:
-    """One call of ``algo`` on a communicator with a generous timeout, before the timed one.
+DTYPES = (cupy.float32, cupy.float64, cupy.int32)  # what the scenarios call with
+OPS = ("sum", "max", "min")
 
-    A rank's first call of a kernel row compiles its kernels (NVRTC: seconds while CuPy's cache
-    is cold, as on a fresh machine), and its peers wait for it as for any late rank: under the
-    jobs' 1 s timeout that failed the warm-up on a cold cache (twice on fresh 4-GPU machines,
-    never with the cache warm). The kernels stay loaded in the process for the timed communicator."""
+
+def warm_calls(scenario: str, algo: str) -> list[tuple[str, Any, str]]:
+    """The (algorithm, dtype, op) of every kernel a scenario launches: its row's float32 sum;
+    a mismatch also float64 sum and float32 max (the victim's calls); the stragglers' random
+    calls every row, dtype and op (auto picks among the kernel rows below)."""
+    if scenario == "straggler":
+        return [(a, d, o) for a in ("ring", "oneshot", "twoshot", "oneshot-ll") for d in DTYPES for o in OPS]
+    if scenario == "mismatch":
+        return [(algo, cupy.float32, "sum"), (algo, cupy.float64, "sum"), (algo, cupy.float32, "max")]
+    return [(algo, cupy.float32, "sum")]
+
+
+def compile_kernels(scenario: str, algo: str) -> None:
+    """A call of every kernel the scenario launches, on a communicator with a generous timeout,
+    before the timed one.
+
+    A rank's first call of a kernel compiles it (NVRTC: about a second while CuPy's cache is
+    cold, as on a fresh machine), and its peers wait for it as for any late rank: under the
+    jobs' 1 s timeout a compile fails the call it delays. The kernels stay loaded in the
+    process for the timed communicator."""
     with mpiring.Communicator(world, gpu=True, slot_bytes=1 << 20, timeout=120.0) as warm:
-        x = cupy.ones(COUNTS[algo], dtype=cupy.float32)
-        warm.Allreduce(x, cupy.empty_like(x), algorithm=algo)
+        for row, dtype, op in warm_calls(scenario, algo):
+            x = cupy.ones(1000, dtype=dtype)
+            warm.Allreduce(x, cupy.empty_like(x), op=op, algorithm=row)
         warm.synchronize()
 
 
@@ -170,7 +187,7 @@ def run_straggler(comm: mpiring.Communicator) -> None:
 def main() -> None:
     scenario, victim, algo = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     others = [r for r in range(size) if r != victim]
-    compile_kernels(algo)
+    compile_kernels(scenario, algo)
     comm = mpiring.Communicator(world, gpu=True, slot_bytes=1 << 20)
     state["check"] = comm.check
     if os.environ.get("MPIRING_FAULT_UNSAFE") == "1":
