@@ -165,17 +165,19 @@ def test_a_second_check_catches_what_the_first_missed():
     assert (out.status, out.wrong) == ("fail", 1) and out.stats is None
 
 
+@pytest.mark.parametrize("check", [1, 0], ids=["checked", "unchecked"])
 @pytest.mark.parametrize("replays", [True, False])
-def test_the_replayed_share_of_the_timed_calls(replays):
-    """The row records what share of its timed calls the communicator replayed (its stats()):
-    all of them where the checked calls ran the shape first, none where it never replays; no
-    share for another library's calls (the measurer is handed them)."""
+def test_the_replayed_share_of_the_timed_calls(replays, check):
+    """The row records what share of its timed repetitions' calls the communicator replayed
+    (its stats()): all of them where it replays a shape seen before, even when no checked call
+    ran the shape first (the probe did), none where it never replays; no share for another
+    library's calls (the measurer is handed them)."""
     space = HostSpace()
     gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
     bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
     comm = FakeComm()
     comm.replays = replays
-    m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01), check=1,
+    m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01), check=check,
                       time_agreement=True, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
     point = Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out")
     out = m.measure(point, bufs)

@@ -51,8 +51,8 @@ ALONE = [("direct.cu", "oneshot"), ("direct.cu", "twoshot"), ("oneshot_ll.cu", "
 @pytest.mark.parametrize(("name", "kind"), ALONE, ids=[k for _, k in ALONE])
 def test_a_kernel_compiles_alone(nvrtc, name: str, kind: str) -> None:
     """mpiring.cuda.direct_kernels compiles each kernel in a program of its own (its first call
-    then waits for one instantiation, not all of them): a random instantiation of each kind
-    compiles warning-free without the others."""
+    then waits for one instantiation, not all of them): one instantiation of each kind (drawn
+    with a fixed seed) compiles warning-free without the others."""
     choices = [e for e in sources.name_expressions(name) if kind in e]
     expr = choices[random.Random(f"{name}:{kind}").randrange(len(choices))]
     compiled, log, lowered = compile_source(nvrtc, sources.source(name), name, [expr])

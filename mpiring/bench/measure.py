@@ -278,11 +278,8 @@ class PointMeasurer:
                 self._check_odd_count(point, bufs)
             # the communicator's own setting (its default: on), or off (--no-time-agreement)
             self.comm.check = saved and self.time_agreement
-            before = self.comm.stats() if own and not self.graph else None
-            outcome = self._time(call, check_label)
+            outcome = self._time(call, check_label, own)
             outcome.wrong = wrong
-            if before is not None:
-                outcome.replayed = self._replayed_share(before)
             if self.overlap is not None and outcome.stats is not None:
                 with np.errstate(all="ignore"):  # in place, values grow (see _time)
                     outcome.overlap = self.overlap.measure(call, point.algo,
@@ -295,8 +292,8 @@ class PointMeasurer:
     def _replayed_share(self, before: Any) -> float | None:
         """Collective: the share of the calls since ``before`` (``Communicator.stats()``) that
         were replayed rather than planned afresh (:mod:`mpiring.call.replay`), on the rank where
-        it is lowest; None where no call ran. Eager calls of a kept shape should all be
-        replayed after the first: a lower share means the timed loops paid the full path."""
+        it is lowest; None where no call ran. Eager calls of a kept shape are all replayed
+        once one call ran it: a lower share means the timed calls paid the full path."""
         def share() -> float | None:
             after = self.comm.stats()
             replayed = after.replayed - before.replayed
@@ -386,13 +383,13 @@ class PointMeasurer:
         # fresh copy of it.
         self._judge(prepare, run_and_compare)
 
-    def _time(self, call: Callable[[], None], check_label: str) -> Outcome:
+    def _time(self, call: Callable[[], None], check_label: str, own: bool) -> Outcome:
         # In place, each call reduces the previous result (as in nccl-tests): values grow to
         # inf/NaN, which costs floating-point units nothing but makes numpy warn.
         with np.errstate(all="ignore"):
-            return self._time_loops(call, check_label)
+            return self._time_loops(call, check_label, own)
 
-    def _time_loops(self, call: Callable[[], None], check_label: str) -> Outcome:
+    def _time_loops(self, call: Callable[[], None], check_label: str, own: bool) -> Outcome:
         policy = self.policy
         probe = max(agree(self.world, lambda: self._timed(call, 1), share=True))
         warmup = policy.warmup_for(probe)
@@ -403,7 +400,11 @@ class PointMeasurer:
         def repetitions() -> tuple[float, ...]:
             return summarize([self._timed(call, iters) for _ in range(policy.reps)]).as_tuple()
 
+        # mpiring's eager rows: how many of the timed calls (not the probe's or the warm-up's,
+        # which may plan the shape afresh) were replayed.
+        before = agree(self.world, self.comm.stats) if own and not self.graph else None
         per_rank = [Stats(*t) for t in agree(self.world, repetitions, share=True)]
         stats, worst = combine(per_rank, policy.average)
         return Outcome("ok", check_label, stats=stats, slowest_rank=worst, iters=iters,
-                       warmup=warmup, reps=policy.reps)
+                       warmup=warmup, reps=policy.reps,
+                       replayed=None if before is None else self._replayed_share(before))

@@ -37,10 +37,11 @@ class Row:
     from one start until both streams are done (microseconds, totals, not per call);
     ``overlap_eff`` = (t_gemm + t_ar - t_both) / min(t_gemm, t_ar). ``ar_sms``: the SMs the
     allreduce holds (empty: all it wants, or unknown), ``ar_sms_source`` says which and why.
-    ``replayed``: for mpiring's own rows timed eagerly, the share of the timed calls that were
-    replayed (``Communicator.stats()``; :mod:`mpiring.call.replay`) on the rank where it is
-    lowest: 1.0 where every timed call was replayed (the check's calls ran the shape first);
-    0 on host arrays, which never replay; empty for other libraries' rows and in graphs.
+    ``replayed``: for mpiring's own rows timed eagerly, the share of the timed repetitions'
+    calls (after the probe and warm-up) that were replayed (``Communicator.stats()``;
+    :mod:`mpiring.call.replay`) on the rank where it is lowest: 1.0 where every one was; 0 on
+    host arrays, which never replay, and for rows without a bound launch (the ring, ``nccl``)
+    or checked on the host; empty for other libraries' rows and in graphs.
 
     ``noisy``: the slowest repetition took more than :data:`SPREAD_LIMIT` times the fastest
     (``max_us / min_us``; None where not timed), so the median may not repeat: the table marks

@@ -158,6 +158,35 @@ def test_other_shapes_ops_and_arrays_take_the_full_path_once():
     agree(replays == 5 + (SIZE == 1), f"{replays} replays kept")
 
 
+@pytest.mark.skipif(SIZE < 2, reason="one rank has no one to check against")
+@pytest.mark.parametrize("algo", ROWS)
+def test_setting_check_rebinds_the_replays(algo):
+    """A replay carries the agreement check's post as it was bound. Setting ``check`` drops
+    the kept plans: after on -> off the calls are replayed without the post (the check's count
+    stays), after off -> on every call, replayed or not, posts again; one full-path call per
+    change, every result exact."""
+    a = cupy.empty(fit(algo, 3000, cupy.float32), dtype=cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
+        def calls() -> tuple[int, int, int]:
+            before = c.stats()
+            for call in range(4):
+                a.fill(call)
+                c.Allreduce(MPI.IN_PLACE, a)
+                agree(bool((a == SIZE * call).all()), f"call {call}: {a[:3]} != {SIZE * call}")
+            after = c.stats()
+            return (after.planned - before.planned, after.replayed - before.replayed,
+                    after.checked - before.checked)
+
+        first = calls()  # check on (the default): planned once, then replays that post
+        c.check = False
+        off = calls()
+        c.check = True
+        on = calls()
+        c.synchronize()
+    agree(first == (1, 3, 4) and off == (1, 3, 0) and on == (1, 3, 4),
+          f"(planned, replayed, checked): first {first}, off {off}, on {on}")
+
+
 def test_replay_false_takes_the_full_path_at_every_call():
     """Communicator(replay=False): nothing kept, every call planned afresh, and exact."""
     a = cupy.empty(4096, dtype=cupy.float32)

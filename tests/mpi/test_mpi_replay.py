@@ -144,7 +144,10 @@ def test_the_host_check_keeps_calls_from_being_replayed() -> None:
 def test_setting_check_drops_replays_bound_under_the_other_setting(first) -> None:
     """A replay carries the check as it was bound. Setting ``check`` drops the kept plans: after
     off -> on, the next call is planned afresh and checked (on several ranks the toy row checks
-    on the host, so it is never replayed again); after on -> off, calls replay without it."""
+    on the host, so it is never replayed again); after on -> off, calls replay without it.
+    The toy row checks on the host, which no replay does, so on several ranks only off -> on
+    has a replay to drop (on one rank, where nothing is checked, both do); the GPU-checked
+    rows' replays, which carry the post, are tests/gpu/test_gpu_replay.py's."""
     x = np.ones(16)
     several = world.size > 1
     with keyed_comm(check=first) as comm:
