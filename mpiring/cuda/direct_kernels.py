@@ -60,9 +60,9 @@ def _module(source: str, kernel: str):
     :func:`~mpiring.cuda.sources.name_expressions`), compiled for that kernel alone.
 
     NVRTC took 1.2 s for one instantiation of ``direct.cu`` and 38 s for all 48 together on a
-    2-core machine (CuPy >= 14.1 then keeps the result in its disk cache). A rank's first call of a row
-    waits for the compile, and its peers wait for that rank: the call compiles only what it
-    launches (``tests/test_cuda_sources.py`` compiles each kind alone)."""
+    2-core machine (CuPy >= 14.1 then keeps the result in its disk cache). A rank's first call
+    of a row waits for the compile, and its peers wait for that rank: the call compiles only
+    what it launches (``tests/test_cuda_sources.py`` compiles each kind alone)."""
     import cupy
 
     if kernel not in sources.name_expressions(source):  # what tests/test_cuda_sources.py compiles
