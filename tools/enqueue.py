@@ -23,7 +23,8 @@ in each of ``--rounds`` interleaved rounds of ``--calls`` calls, after warm-up c
 median round is reported with the range: machine noise moves all cases alike. With more
 than one rank each call also waits for the slowest rank (the agreement check, the host
 ring), so the figures are the slowest rank's pace, not only this rank's host work.
-``--profile ALGO`` prints a cProfile of that algorithm's calls (check off) on rank 0.
+``--profile ALGO`` prints a cProfile of that algorithm's calls on rank 0 (check off;
+``--profile-check gpu`` as by default).
 
 This is the host-side microbenchmark of issue 13's per-call work; the benchmark proper
 (``python -m mpiring.bench``) measures call times, GPU included.
@@ -49,7 +50,7 @@ from mpiring.bench.mode import AUTO, GPU, HOST, ModeError, choose
 from mpiring.bench.sizes import format_size
 from mpiring.communicator import Communicator
 from mpiring.core.buffers import Memory
-from mpiring.core.errors import MpiringError
+from mpiring.core.errors import MpiringError, PeerArgumentError
 
 from . import kernels
 
@@ -67,6 +68,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--algo", default=None,
                    help="comma-separated algorithms (default: every one that serves the memory)")
     p.add_argument("--profile", default=None, metavar="ALGO", help="cProfile this algorithm's calls")
+    p.add_argument("--profile-check", default="off", choices=("gpu", "host", "off"),
+                   help="the agreement check of the profiled calls (default off; gpu: as by default)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", dest="mode", action="store_const", const=GPU, default=AUTO)
     where.add_argument("--host", dest="mode", action="store_const", const=HOST)
@@ -139,9 +142,16 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
         print(f"error: {err}", file=sys.stderr)
         return 2
     count = max(1, args.size // 4)
+    # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
+    # host for the others), every call on the host (check="host"), and off.
+    comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
+    # The full path, for comparison: a communicator that never replays (mpiring.call.replay).
+    full = Communicator(world, gpu=gpu, check=False, replay=False)
     if gpu:
         import cupy
 
+        # After the communicators, which chose this rank's GPU: the arrays must live there.
+        cupy.cuda.Device(comms["gpu"].device).use()
         x, out = cupy.ones(count, dtype=cupy.float32), cupy.empty(count, dtype=cupy.float32)
         sync: Callable[[], None] = cupy.cuda.Device().synchronize
         copy = ("cupy.copyto", lambda: cupy.copyto(out, x))
@@ -151,11 +161,6 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
         sync = lambda: None  # noqa: E731 - host calls complete before they return
         copy = ("np.copyto", lambda: np.copyto(out, x))
         floor = None
-    # The check as it runs by default (on the GPU for the rows whose kernels check there, on the
-    # host for the others), every call on the host (check="host"), and off.
-    comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
-    # The full path, for comparison: a communicator that never replays (mpiring.call.replay).
-    full = Communicator(world, gpu=gpu, check=False, replay=False)
     try:
         labels, cases, gated = [copy[0]], [copy[1]], [True]
         if floor is not None:
@@ -164,11 +169,10 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             gated.append(True)
         for check, comm in comms.items():
             for name in names:
-                try:  # a refusal (size limit, memory kind) is the same on every rank
-                    comm.Allreduce(x, out, algorithm=name)
-                except MpiringError as err:
+                refusal = first_refusal(world, comm, _call(comm, name, x, out))
+                if refusal is not None:  # every rank skips the case, so the rounds stay in step
                     if check == "gpu" and world.rank == 0:
-                        print(f"# {name}: n/a ({err})")
+                        print(f"# {name}: n/a ({refusal})")
                     continue
                 if check == "host" and not algorithms.get(name).gpu_check:
                     continue  # the same as the default for rows checked on the host anyway
@@ -183,7 +187,7 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                     cases.append(_call(full, name, x, out))
                     gated.append(capturable)
         if gpu and args.torch:  # the same calls on torch views of the same memory
-            _add_torch_cases(comms["gpu"], names, x, out, labels, cases, gated)
+            _add_torch_cases(world, comms["gpu"], names, x, out, labels, cases, gated)
         gate = Gate() if gpu and args.gate else None
         times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
         if world.rank == 0:
@@ -194,15 +198,16 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             for label, t in zip(labels, times, strict=True):
                 print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
         if args.profile:
-            profile(comms[False], args.profile, x, out, args.calls, sync, world)
+            check = {"gpu": "gpu", "host": "host", "off": False}[args.profile_check]
+            profile(comms[check], args.profile, x, out, args.calls, sync, world, args.profile_check)
     finally:
         for comm in (*comms.values(), full):
             comm.close()
     return 0
 
 
-def _add_torch_cases(comm: Communicator, names: Sequence[str], x, out, labels: list[str],
-                     cases: list[Callable[[], None]], gated: list[bool]) -> None:
+def _add_torch_cases(world: MPI.Intracomm, comm: Communicator, names: Sequence[str], x, out,
+                     labels: list[str], cases: list[Callable[[], None]], gated: list[bool]) -> None:
     """``--torch``: torch's own copy, then each capturable row's call (default check) on torch
     tensors sharing ``x`` and ``out``'s memory (DLPack); they run on torch's current stream,
     which is CuPy's current one here (both the default stream), so the gate holds them too."""
@@ -216,10 +221,8 @@ def _add_torch_cases(comm: Communicator, names: Sequence[str], x, out, labels: l
         row = algorithms.get(name)
         if not row.graph_capturable:
             continue
-        try:
-            comm.Allreduce(tx, tout, algorithm=name)
-        except MpiringError:  # refused for CuPy arrays alike: reported there
-            continue
+        if first_refusal(world, comm, _call(comm, name, tx, tout)) is not None:
+            continue  # refused for CuPy arrays alike: reported there
         labels.append(f"{name} (torch tensors, check gpu)")
         cases.append(_call(comm, name, tx, tout))
         gated.append(True)
@@ -234,13 +237,28 @@ def _empty_launch(cupy) -> Callable[[], None]:
     return lambda: bound(cupy.cuda.get_current_stream().ptr)
 
 
+def first_refusal(world: MPI.Intracomm, comm: Communicator, call: Callable[[], None]) -> str | None:
+    """Run ``call`` and wait for it on every rank; None if it succeeded everywhere, else, on
+    every rank (the cases timed must be the same on all), the error of the lowest rank that
+    refused it itself (one that only reports a peer's refusal comes after those)."""
+    try:
+        call()
+        comm.synchronize()  # a GPU-checked call's verdict surfaces once it ran
+        mine = None
+    except MpiringError as err:
+        mine = (isinstance(err, PeerArgumentError), world.rank, str(err))
+    refusals = sorted(r for r in world.allgather(mine) if r is not None)
+    return None if not refusals else refusals[0][2]
+
+
 def _call(comm: Communicator, name: str, x, out) -> Callable[[], None]:
     return lambda: comm.Allreduce(x, out, algorithm=name)
 
 
 def profile(comm: Communicator, name: str, x, out, calls: int, sync: Callable[[], None],
-            world: MPI.Intracomm) -> None:
-    """cProfile of ``calls`` calls of ``name`` (check off), printed by rank 0."""
+            world: MPI.Intracomm, check: str = "off") -> None:
+    """cProfile of ``calls`` calls of ``name`` on ``comm`` (whose agreement check is ``check``),
+    printed by rank 0."""
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
@@ -250,7 +268,7 @@ def profile(comm: Communicator, name: str, x, out, calls: int, sync: Callable[[]
     if world.rank == 0:
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
-        print(f"# cProfile of {calls} calls of {name} (check off), by own time")
+        print(f"# cProfile of {calls} calls of {name} (check {check}), by own time")
         print(text.getvalue().rstrip())
 
 

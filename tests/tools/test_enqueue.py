@@ -57,3 +57,43 @@ def test_two_ranks_as_a_user_runs_it(tool) -> None:
 def test_a_bad_algorithm_ends_every_rank_with_status_2(tool) -> None:
     done = tool("enqueue", ["--host", "--algo", "ring,shiny"], ranks=2)
     assert done.returncode == 2 and "unknown algorithm 'shiny'" in done.stderr, done.stderr
+
+
+class _World:
+    """The ranks' answers to one allgather, as rank ``rank`` sees them."""
+
+    def __init__(self, rank: int, others: dict[int, object]) -> None:
+        self.rank, self.others = rank, others
+
+    def allgather(self, mine: object) -> list[object]:
+        return [mine if r == self.rank else self.others[r] for r in range(len(self.others) + 1)]
+
+
+class _Comm:
+    def __init__(self) -> None:
+        self.synchronized = 0
+
+    def synchronize(self) -> None:
+        self.synchronized += 1
+
+
+def _raise(err: Exception):
+    def call() -> None:
+        raise err
+    return call
+
+
+def test_a_refusal_on_one_rank_skips_the_case_on_every_rank() -> None:
+    """Every rank gets the same verdict, naming the rank that refused its own arguments rather
+    than one that only reports it (the cases timed must be the same on every rank)."""
+    from mpiring.core.errors import InvalidArgumentError, PeerArgumentError
+
+    comm = _Comm()
+    assert enqueue.first_refusal(_World(0, {1: None, 2: None}), comm, lambda: None) is None
+    assert comm.synchronized == 1  # a GPU-checked call's verdict surfaces at the wait
+    own = (False, 2, "rank 2's arrays are on GPU 0")
+    peer = _raise(PeerArgumentError("rank 2 rejected its arguments"))
+    assert enqueue.first_refusal(_World(0, {1: None, 2: own}), comm, peer) == own[2]
+    assert enqueue.first_refusal(_World(1, {0: None, 2: own}), comm, lambda: None) == own[2]
+    mine = _raise(InvalidArgumentError("this rank's own"))
+    assert enqueue.first_refusal(_World(0, {1: own, 2: own}), comm, mine) == "this rank's own"

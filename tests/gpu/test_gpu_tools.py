@@ -1,0 +1,39 @@
+"""The repository's GPU tools (``tools/``) run as their users start them: a job of their own on
+every GPU of the machine, one rank per GPU. These tests launch ranks themselves, so they run
+serially (``python -m pytest tests/gpu/test_gpu_tools.py``) and skip under ``--with-mpi``."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import cupy
+import pytest
+from gpu_launch import run
+
+pytestmark = pytest.mark.mpi_skip
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: tools/ is not installed
+
+
+def test_enqueue_times_every_row_on_every_gpu() -> None:
+    """``mpirun -n <GPUs> python -m tools.enqueue``: each rank's arrays on its own GPU (made
+    after its communicators chose it), so no row is refused, and the report and the profile of
+    the calls as checked by default come out of one job that ends."""
+    ranks = cupy.cuda.runtime.getDeviceCount()
+    if ranks < 2:
+        pytest.skip("needs 2 GPUs")
+    algos = ["oneshot", "oneshot-ll", "twoshot", "nccl"]
+    argv = [sys.executable, "-m", "tools.enqueue", "-b", "8K", "--algo", ",".join(algos),
+            "--calls", "40", "--rounds", "2", "--profile", "oneshot", "--profile-check", "gpu"]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    status, out = run(ranks, argv, {"PYTHONPATH": path}, limit=240)
+    assert status == 0, f"exit status {status}:\n{out}"
+    assert "n/a" not in out, out
+    assert f"8 KiB float32 sum, {ranks} rank(s), GPU arrays, gated" in out, out
+    for algo in algos:
+        line = next((x for x in out.splitlines() if x.strip().startswith(f"{algo} (check gpu)")), None)
+        assert line is not None and re.search(r"\d+\.\d+ us", line), out
+    assert "# cProfile of 40 calls of oneshot (check gpu)" in out, out
