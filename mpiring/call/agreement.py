@@ -161,7 +161,8 @@ class AgreementCheck:
         self.what = what = self.names.get("collective", lambda c: "allreduce")(values.get("collective") or 1)
         code = self.comm.rank + 1 if rejected else 0
         if self._lines is not None:
-            self._agree_in_board(code, values, algorithm)
+            if self._agree_in_board(code, values, algorithm):
+                return  # the common case: every rank's descriptor is this rank's, code 0
         else:
             if self.board is not None:
                 self.board.post(self.board.rank, CALLS, self.calls)
@@ -190,21 +191,20 @@ class AgreementCheck:
                 f"must pass the same {SAME}"
             )
 
-    def _agree_in_board(self, code: int, values: dict[str, int], algorithm: str | None) -> None:
-        """The check of one node, in the control board; leaves in ``self._recv`` what the MPI
-        reduction would (max of the codes; per field, the largest value and minus the smallest)."""
+    def _agree_in_board(self, code: int, values: dict[str, int], algorithm: str | None) -> bool:
+        """The check of one node, in the control board. True: every rank's descriptor equals
+        this rank's and none rejected (nothing to raise). Otherwise leaves in ``self._recv``
+        what the MPI reduction would (max of the codes; per field, the largest value and minus
+        the smallest) and returns False."""
         board, k = self.board, self.calls
         assert board is not None and self._lines is not None
         mine = self._write(code, values, algorithm)
         self._wait_all(k, algorithm)
         board.fence()  # every count seen: now the descriptors they announce
         rows = [line.tolist() for line in self._lines[k % len(AGREE)]]
+        if code == 0 and all(row == mine for row in rows):  # the common case, at the least cost
+            return True
         recv = self._recv
-        if all(row == mine for row in rows):  # the common case: everyone agrees
-            recv[0] = code
-            for i, v in enumerate(mine[1:]):
-                recv[1 + 2 * i], recv[2 + 2 * i] = v, -v
-            return
         recv[0] = max(row[0] for row in rows)
         for i in range(len(FIELDS)):
             column = [row[1 + i] for row in rows]
@@ -215,6 +215,7 @@ class AgreementCheck:
                                            and row[memory] == gpu for r, row in enumerate(rows)):
             self.notify(descriptor.pack({}, 0, descriptor.REJECTED) if code else
                         descriptor.pack(values, 0, descriptor.DISAGREED))
+        return False
 
     def _reduce(self, algorithm: str | None) -> None:
         if self.waiter is None:
