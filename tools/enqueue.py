@@ -54,6 +54,8 @@ from mpiring.core.errors import MpiringError, PeerArgumentError
 
 from . import kernels
 
+PROFILE_CHECKS: dict[str, str | bool] = {"gpu": "gpu", "host": "host", "off": False}  # --profile-check
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = RankZeroParser(prog="python -m tools.enqueue", description=__doc__.split("\n\n")[2],
@@ -147,45 +149,51 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
     comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
     # The full path, for comparison: a communicator that never replays (mpiring.call.replay).
     full = Communicator(world, gpu=gpu, check=False, replay=False)
-    if gpu:
-        import cupy
-
-        # After the communicators, which chose this rank's GPU: the arrays must live there.
-        cupy.cuda.Device(comms["gpu"].device).use()
-        x, out = cupy.ones(count, dtype=cupy.float32), cupy.empty(count, dtype=cupy.float32)
-        sync: Callable[[], None] = cupy.cuda.Device().synchronize
-        copy = ("cupy.copyto", lambda: cupy.copyto(out, x))
-        floor = ("empty kernel launch", _empty_launch(cupy))
-    else:
-        x, out = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
-        sync = lambda: None  # noqa: E731 - host calls complete before they return
-        copy = ("np.copyto", lambda: np.copyto(out, x))
-        floor = None
     try:
+        if gpu:
+            import cupy
+
+            # After the communicators, which chose this rank's GPU: the arrays must live there.
+            cupy.cuda.Device(comms["gpu"].device).use()
+            x, out = cupy.ones(count, dtype=cupy.float32), cupy.empty(count, dtype=cupy.float32)
+            sync: Callable[[], None] = cupy.cuda.Device().synchronize
+            copy = ("cupy.copyto", lambda: cupy.copyto(out, x))
+            floor = ("empty kernel launch", _empty_launch(cupy))
+        else:
+            x, out = np.ones(count, dtype=np.float32), np.empty(count, dtype=np.float32)
+            sync = lambda: None  # noqa: E731 - host calls complete before they return
+            copy = ("np.copyto", lambda: np.copyto(out, x))
+            floor = None
         labels, cases, gated = [copy[0]], [copy[1]], [True]
         if floor is not None:
             labels.append(floor[0])
             cases.append(floor[1])
             gated.append(True)
+        # Whether a row runs here is decided once, on the checked communicator, where a refusal
+        # on one rank reaches every rank (the agreement check); a call with the check off that
+        # one rank refused would leave the others waiting inside the collective.
+        runs: dict[str, bool] = {}
+        for name in dict.fromkeys(names + ([args.profile] if args.profile else [])):
+            refusal = first_refusal(world, comms["gpu"], _call(comms["gpu"], name, x, out))
+            runs[name] = refusal is None
+            if refusal is not None and world.rank == 0:
+                print(f"# {name}: n/a ({refusal})")
         for check, comm in comms.items():
             for name in names:
-                refusal = first_refusal(world, comm, _call(comm, name, x, out))
-                if refusal is not None:  # every rank skips the case, so the rounds stay in step
-                    if check == "gpu" and world.rank == 0:
-                        print(f"# {name}: n/a ({refusal})")
-                    continue
-                if check == "host" and not algorithms.get(name).gpu_check:
-                    continue  # the same as the default for rows checked on the host anyway
-                capturable = algorithms.get(name).graph_capturable
-                note = "" if capturable or not (gpu and args.gate) else ", not gated"
+                row = algorithms.get(name)
+                if not runs[name] or (check == "host" and not row.gpu_check):
+                    continue  # refused; or checked on the host anyway, as by default
+                if check != "gpu":
+                    comm.Allreduce(x, out, algorithm=name)  # its first call plans (timed: replays)
+                note = "" if row.graph_capturable or not (gpu and args.gate) else ", not gated"
                 labels.append(f"{name} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
-                gated.append(capturable)
-                if check is False and gpu and algorithms.get(name).bind is not None:
+                gated.append(row.graph_capturable)
+                if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
                     labels.append(f"{name} (check off, full path)")
                     cases.append(_call(full, name, x, out))
-                    gated.append(capturable)
+                    gated.append(row.graph_capturable)
         if gpu and args.torch:  # the same calls on torch views of the same memory
             _add_torch_cases(world, comms["gpu"], names, x, out, labels, cases, gated)
         gate = Gate() if gpu and args.gate else None
@@ -197,9 +205,9 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                   f"of {args.calls} calls (range)")
             for label, t in zip(labels, times, strict=True):
                 print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
-        if args.profile:
-            check = {"gpu": "gpu", "host": "host", "off": False}[args.profile_check]
-            profile(comms[check], args.profile, x, out, args.calls, sync, world, args.profile_check)
+        if args.profile and runs[args.profile]:
+            profiled = comms[PROFILE_CHECKS[args.profile_check]]
+            profile(profiled, args.profile, x, out, args.calls, sync, world, args.profile_check)
     finally:
         for comm in (*comms.values(), full):
             comm.close()

@@ -25,15 +25,21 @@ def test_enqueue_times_every_row_on_every_gpu() -> None:
     ranks = cupy.cuda.runtime.getDeviceCount()
     if ranks < 2:
         pytest.skip("needs 2 GPUs")
+    if os.environ.get("MPIRING_SHARE_GPU"):
+        pytest.skip("one rank per GPU: the tool's job is what this tests")
     algos = ["oneshot", "oneshot-ll", "twoshot", "nccl"]
     argv = [sys.executable, "-m", "tools.enqueue", "-b", "8K", "--algo", ",".join(algos),
             "--calls", "40", "--rounds", "2", "--profile", "oneshot", "--profile-check", "gpu"]
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     status, out = run(ranks, argv, {"PYTHONPATH": path}, limit=240)
     assert status == 0, f"exit status {status}:\n{out}"
-    assert "n/a" not in out, out
+    refused = [x for x in out.splitlines() if "n/a" in x]
+    no_nccl = [x for x in refused if x.startswith("# nccl: n/a") and "unavailable" in x]
+    assert refused == no_nccl, out  # only NCCL may be missing, and then the tool says so
     assert f"8 KiB float32 sum, {ranks} rank(s), GPU arrays, gated" in out, out
     for algo in algos:
+        if algo == "nccl" and no_nccl:
+            continue
         line = next((x for x in out.splitlines() if x.strip().startswith(f"{algo} (check gpu)")), None)
         assert line is not None and re.search(r"\d+\.\d+ us", line), out
     assert "# cProfile of 40 calls of oneshot (check gpu)" in out, out
