@@ -27,7 +27,7 @@ staging_elements  # AllToAllPlan.staging_elements: staging one rank holds (the r
 elements  # alltoall_schedule.Copy/Fold.elements: how many elements an operation moves (the model reads it)
 
 # -- the benchmark -------------------------------------------------------------------------------
-NcclDirect, MpiDirect, NcclSymm, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)
+NcclDirect, MpiDirect, NcclSymm, NcclLib, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)
 pending  # bench.command.SignalGuard.pending: the first signal's name (what an interrupted run reports)
 check_exact  # bench.data.check_exact: the proof that each value rule is exact (test_bench_data)
 sms_held  # bench.overlap.sms_held: the SMs a row holds, the seam a budget is stated through

@@ -20,7 +20,7 @@ from mpiring.bench.algorithms import (
 from mpiring.bench.cli import parse_args
 from mpiring.core.buffers import Memory
 
-RIVALS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
+RIVALS = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm", "nccl-lib")
 DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls without mpiring
 
 
@@ -66,7 +66,8 @@ def test_rows_of_one_node_are_left_out_across_nodes():
                                "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
     assert node_only(False) == ("ring",)
     assert node_only(True, "allgather") == ("ring", "ring-events")
-    assert default_sweep(True, nodes=2) == ("nccl-direct", "nccl", "nccl-ring", "torch", "hier", "auto")
+    assert default_sweep(True, nodes=2) == ("nccl-direct", "nccl", "nccl-ring", "torch", "nccl-lib", "hier",
+                                            "auto")
     assert default_sweep(False, nodes=3) == ("mpi-direct", "mpi", "hier", "mpi-twoshot")
     assert default_sweep(False, "reduce_scatter", nodes=2) == ("mpi", "mpi-twoshot")
     assert runnable(True, "allgather", nodes=2) == ("nccl", "auto", AUTO_REPRODUCIBLE)

@@ -62,7 +62,7 @@ def test_the_row_comes_right_after_auto_only_when_asked_for():
         run, _ = runner._algorithms(None, gpu=True, collective=collective, reproducible=True)
         assert run == ["nccl", "ring", "ring-events", AUTO, AUTO_REPRODUCIBLE]
     run, _ = runner._algorithms(None, gpu=True, nodes=2, reproducible=True)  # refused there: n/a
-    assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "hier", AUTO, AUTO_REPRODUCIBLE]
+    assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "nccl-lib", "hier", AUTO, AUTO_REPRODUCIBLE]
 
 
 def test_a_second_communicator_only_for_the_row():

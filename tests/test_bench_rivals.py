@@ -31,7 +31,7 @@ from mpiring.bench.rivals.torch_symm import PLANS, TorchSymm, plan
 from mpiring.bench.stats import Stats
 from mpiring.core.install import pip_install
 
-REAL = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
+REAL = ("torch", "torch-symm-1shot", "torch-symm-2shot", "nccl-symm", "nccl-lib")
 DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls, made directly
 serial = pytest.mark.skipif(MPI.COMM_WORLD.size > 1, reason="serial run")
 

@@ -21,7 +21,8 @@ from mpiring.bench.stats import Stats
 def test_default_and_requested_algorithms():
     run, base = runner._algorithms(None, gpu=True)
     assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "torch-symm-1shot", "torch-symm-2shot",
-                   "nccl-symm", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier", "auto"]
+                   "nccl-symm", "nccl-lib", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier",
+                   "auto"]
     assert base == "nccl-direct"
     run, base = runner._algorithms(("auto", "ring"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi-direct"  # auto runs on the host when asked for
@@ -206,7 +207,7 @@ def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
         runner.check_collectives(("nccl", "oneshot"), True, ("allreduce",), 2, where)
     text = str(err.value)
     assert text.startswith("--algo oneshot: it runs only where every rank is on one node")
-    assert where in text and "choose from nccl-direct, nccl, nccl-ring, torch, hier, auto" in text
+    assert where in text and "choose from nccl-direct, nccl, nccl-ring, torch, nccl-lib, hier, auto" in text
     run, _ = runner._algorithms(None, gpu=False, collective="allgather", nodes=2)
     assert run == ["mpi", "mpi-twoshot"]
 

@@ -34,6 +34,7 @@ STYLES = {
     "torch-symm-2shot": ("torch symm-mem two-shot", "#6b6b00", "h"),
     "nccl-symm": ("NCCL symmetric window", "#004d00", "*"),
     "nccl-direct": ("ncclAllReduce, direct (CuPy)", "#98df8a", "d"),
+    "nccl-lib": ("ncclAllReduce, MPIRING_NCCL_LIB's libnccl", "#2b7a2b", "P"),
     "mpi-direct": ("MPI.Allreduce, direct (mpi4py)", "#3f3f3f", "d"),
 }
 EMPHASIZED = ("ring", AUTO, AUTO_REPRODUCIBLE)  # drawn wider and on top: the ring and auto

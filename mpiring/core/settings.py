@@ -143,6 +143,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("MPIRING_COMMIT", "str", None,
             "the commit the bench records for a copy of mpiring that is not a git checkout",
             unset="the checkout's commit, else unknown", reader="bench"),
+    Setting("MPIRING_NCCL_LIB", "str", None,
+            "another libnccl.so.2 for the bench's nccl-lib row (a newer NCCL beside the installed "
+            "one, in the same run)", unset="no nccl-lib row", accepts="a libnccl.so.2 file",
+            reader="bench"),
     # Read by mpiring's tests and scripts, never by the library.
     Setting("MPIRING_REQUIRE_NVRTC", "bool", False,
             "the kernel compile tests fail, instead of skipping, without NVRTC (CI sets 1)", reader="tests"),

@@ -10,6 +10,7 @@ knows nothing of them.
     torch-symm-1shot  torch.ops.symm_mem one-shot all-reduce, one node    (torch_symm.py)
     torch-symm-2shot  torch.ops.symm_mem two-shot all-reduce, one node    (torch_symm.py)
     nccl-symm         ncclAllReduce in an NCCL_WIN_COLL_SYMMETRIC window  (nccl_symm.py)
+    nccl-lib          ncclAllReduce of another libnccl (MPIRING_NCCL_LIB)  (nccl_lib.py)
 
 The two *direct* rows are the plain library calls that the table's ``nccl`` and ``mpi`` rows
 make through ``mpiring.Communicator.Allreduce`` (whose times include mpiring's argument
@@ -120,6 +121,10 @@ for _spec in (
               "ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC), in-place ncclAllReduce there, "
               "copy-out into recv (both copies timed; nccl4py)", _lazy("nccl_symm", "NcclSymm"),
               node_only=True),
+    RivalSpec("nccl-lib", "ncclAllReduce of the libnccl that MPIRING_NCCL_LIB names (e.g. a newer "
+              "NCCL beside CuPy's), on raw pointers and the bench's stream, through ctypes (about "
+              "a microsecond more host time per eager call than CuPy's binding)",
+              _lazy("nccl_lib", "NcclLib")),
 ):
     register(_spec)
 

@@ -1,0 +1,173 @@
+"""Rival ``nccl-lib``: ``ncclAllReduce`` of another libnccl, the file ``MPIRING_NCCL_LIB`` names,
+in the same run as the libnccl CuPy loads (``nccl-direct``): a newer NCCL beside the installed one.
+
+The file is opened with ctypes, ``RTLD_LOCAL``: its symbols stay its own, so the libnccl that
+CuPy and torch loaded is untouched, and the two NCCLs live side by side in the process, each
+with its own communicators, threads and shared memory. Set-up (collective): ``ncclGetVersion``,
+rank 0's ``ncclGetUniqueId`` broadcast over MPI, ``ncclCommInitRank``. Each call:
+``ncclAllReduce(send, recv, count, type, op, comm, stream)`` on raw pointers and CuPy's current
+stream (in place, ``send`` is ``recv``), its result code checked. Every reduction and element
+type ncclAllReduce takes.
+
+A ctypes call costs about a microsecond more of host time than CuPy's Cython binding: eager
+points of this row pay it (the banner says so); a CUDA graph (``--graph``) replays the captured
+kernels with no host call at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ...core import settings
+from ...core.errors import InvalidArgumentError
+from ..measure import agree
+from .base import Rival, RivalContext, current_stream_pointer, device_pointer
+from .direct_calls import nccl_version
+from .env import multicast_off
+
+HINT = ("point MPIRING_NCCL_LIB at a libnccl.so.2, e.g. nvidia/nccl/lib/libnccl.so.2 of another "
+        "nvidia-nccl wheel (pip download nvidia-nccl-cu13, then unzip it)")
+# numpy's names -> ncclDataType_t; -o -> ncclRedOp_t (nccl.h's values, part of NCCL's ABI)
+DTYPES = {"int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+BFLOAT16_SINCE = (2, 10)
+
+
+class UniqueId(ctypes.Structure):
+    """``ncclUniqueId``: 128 opaque bytes, passed by value to ``ncclCommInitRank``."""
+
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class NcclLibrary:
+    """The entry points of one libnccl file, typed once."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW)
+        except OSError as err:
+            raise InvalidArgumentError(f"MPIRING_NCCL_LIB={path} does not load: {err}") from None
+        self.path = path
+        vp, c_int = ctypes.c_void_p, ctypes.c_int
+        try:
+            self.get_version = self._typed(lib.ncclGetVersion, [ctypes.POINTER(c_int)])
+            self.get_unique_id = self._typed(lib.ncclGetUniqueId, [ctypes.POINTER(UniqueId)])
+            self.comm_init_rank = self._typed(lib.ncclCommInitRank,
+                                              [ctypes.POINTER(vp), c_int, UniqueId, c_int])
+            self.all_reduce = self._typed(lib.ncclAllReduce, [vp, vp, ctypes.c_size_t, c_int, c_int, vp, vp])
+            self.comm_destroy = self._typed(lib.ncclCommDestroy, [vp])
+            self.error_string = lib.ncclGetErrorString
+        except AttributeError as err:
+            raise InvalidArgumentError(f"MPIRING_NCCL_LIB={path} is not a libnccl: {err}") from None
+        self.error_string.argtypes, self.error_string.restype = [c_int], ctypes.c_char_p
+
+    @staticmethod
+    def _typed(fn: Any, argtypes: list[Any]) -> Any:
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        return fn
+
+    def check(self, result: int, what: str) -> None:
+        """Raise, with NCCL's own words, where ``result`` (an ``ncclResult_t``) is not success."""
+        if result:
+            text = self.error_string(result)
+            raise RuntimeError(f"{what} failed: {text.decode() if text else 'ncclResult_t'} {result}")
+
+    def version(self) -> tuple[int, int, int]:
+        code = ctypes.c_int(0)
+        self.check(self.get_version(ctypes.byref(code)), "ncclGetVersion")
+        return nccl_version(code.value)
+
+
+class NcclLib(Rival):
+    """``nccl-lib``: ``ncclAllReduce`` of the libnccl ``MPIRING_NCCL_LIB`` names."""
+
+    name = "nccl-lib"
+
+    def __init__(self, stream: Callable[[], int] = current_stream_pointer) -> None:
+        self.stream = stream  # the current stream's handle, per call (tests pass their own)
+        self.lib: NcclLibrary | None = None
+        self.comm: int | None = None
+        self.version: tuple[int, int, int] | None = None
+        self.codes = (0, 0)
+
+    def available(self) -> str | None:
+        path = settings.get("MPIRING_NCCL_LIB")
+        if not path:
+            return f"MPIRING_NCCL_LIB is not set ({HINT})"
+        if not os.path.isfile(str(path)):
+            return f"MPIRING_NCCL_LIB={path}: no such file ({HINT})"
+        return None
+
+    def setup(self, world: Any, ctx: RivalContext) -> None:
+        path = str(settings.get("MPIRING_NCCL_LIB"))
+
+        def load() -> None:
+            multicast_off()  # before libnccl reads NCCL_NVLS_ENABLE
+            self.lib = NcclLibrary(path)
+            self.version = self.lib.version()
+            self.codes = _codes(ctx.dtype.name, ctx.op, self.version)
+
+        agree(world, load)
+        lib = self.lib
+        assert lib is not None
+
+        def unique_id() -> bytes | None:
+            if world.rank:
+                return None
+            uid = UniqueId()
+            lib.check(lib.get_unique_id(ctypes.byref(uid)), "ncclGetUniqueId")
+            return bytes(uid)  # the struct's 128 bytes, as ncclCommInitRank takes them
+
+        uid = UniqueId.from_buffer_copy(agree(world, unique_id, share=True)[0])
+
+        def init() -> None:
+            comm = ctypes.c_void_p()
+            lib.check(lib.comm_init_rank(ctypes.byref(comm), world.size, uid, world.rank), "ncclCommInitRank")
+            self.comm = comm.value
+
+        agree(world, init)
+
+    def describe(self) -> str:
+        version = ".".join(map(str, self.version)) if self.version else "?"
+        path = os.path.abspath(str(settings.get("MPIRING_NCCL_LIB")))
+        return f"libnccl {version} from {path}, called through ctypes"
+
+    def prepare(self, bufs: Any, in_place: bool) -> Callable[[], None]:
+        lib, comm = self.lib, self.comm
+        assert lib is not None and comm is not None, "setup() first"
+        all_reduce, check, stream = lib.all_reduce, lib.check, self.stream
+        datatype, op = self.codes
+        count = int(bufs.count)
+        recv = device_pointer(bufs.recv)
+        send = recv if in_place else device_pointer(bufs.send)
+
+        def call() -> None:
+            result = all_reduce(send, recv, count, datatype, op, comm, stream())
+            if result:
+                check(result, "ncclAllReduce")
+        return call
+
+    def close(self) -> None:
+        if self.lib is None or self.comm is None:
+            return
+        try:
+            import cupy
+
+            cupy.cuda.Device().synchronize()  # the last calls ran: the communicator may go
+        except ImportError:  # (the tests' fake library has no GPU work)
+            pass
+        self.lib.check(self.lib.comm_destroy(self.comm), "ncclCommDestroy")
+        self.comm = None
+
+
+def _codes(dtype: str, op: str, version: tuple[int, ...]) -> tuple[int, int]:
+    """(ncclDataType_t, ncclRedOp_t) of numpy's type ``dtype`` and reduction ``op``."""
+    if dtype not in DTYPES:
+        raise InvalidArgumentError(f"ncclAllReduce has no type for {dtype}")
+    if dtype == "bfloat16" and tuple(version[:2]) < BFLOAT16_SINCE:
+        have = ".".join(map(str, version))
+        raise InvalidArgumentError(f"libnccl {have} predates ncclBfloat16 (NCCL >= 2.10)")
+    return DTYPES[dtype], OPS[op]
