@@ -6,11 +6,12 @@ words, and its refusals, on a communicator of one rank (``MPI.COMM_SELF``)."""
 from __future__ import annotations
 
 import ctypes
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import fake_nccl
 import ml_dtypes
 import numpy as np
 import pytest
@@ -21,44 +22,10 @@ from mpiring.bench.rivals import refusal
 from mpiring.bench.rivals.base import RivalContext
 from mpiring.bench.rivals.nccl_lib import DTYPES, OPS, NcclLib
 
-FAKE = r"""
-#include <stddef.h>
-#include <string.h>
-typedef struct { char internal[128]; } ncclUniqueId;
-struct Comm { int nranks, rank; char first; };
-static struct Comm the_comm;
-long long seen[8];  /* the last ncclAllReduce's arguments, read back by the test */
-int init_nranks = -1, init_rank = -1, destroyed = 0;
-char init_first = 0;
-int ncclGetVersion(int* v) { *v = 23203; return 0; }
-int ncclGetUniqueId(ncclUniqueId* id) {
-  memset(id->internal, 0, 128); id->internal[0] = 42; id->internal[127] = 7; return 0;
-}
-int ncclCommInitRank(void** comm, int nranks, ncclUniqueId id, int rank) {
-  if (id.internal[0] != 42 || id.internal[127] != 7) return 4;  /* ncclInvalidArgument */
-  the_comm.nranks = nranks; the_comm.rank = rank; init_nranks = nranks; init_rank = rank;
-  init_first = id.internal[0]; *comm = &the_comm; return 0;
-}
-int ncclAllReduce(const void* s, void* r, size_t n, int t, int op, void* comm, void* stream) {
-  seen[0] = (long long)s; seen[1] = (long long)r; seen[2] = (long long)n; seen[3] = t; seen[4] = op;
-  seen[5] = (long long)comm; seen[6] = (long long)stream;
-  return n == 13 ? 5 : 0;  /* ncclInvalidUsage for the test's unlucky count */
-}
-int ncclCommDestroy(void* comm) { destroyed += (comm == &the_comm); return 0; }
-const char* ncclGetErrorString(int r) { return r == 5 ? "invalid usage (fake)" : "other (fake)"; }
-"""
-
 
 @pytest.fixture(scope="module")
 def fake_lib(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the fake libnccl")
-    where = tmp_path_factory.mktemp("fake_nccl")
-    (where / "fake.c").write_text(FAKE)
-    lib = where / "libnccl.so.2"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(where / "fake.c")], check=True)
-    return lib
+    return fake_nccl.build(tmp_path_factory.mktemp("fake_nccl"))
 
 
 def context(dtype: str = "float32", op: str = "sum") -> RivalContext:
@@ -79,28 +46,57 @@ def test_every_argument_reaches_the_library(fake_lib, monkeypatch) -> None:
     rival.setup(MPI.COMM_SELF, context("float64", "max"))
     fake = ctypes.CDLL(str(fake_lib))  # the same file: the same loaded copy, whose globals we read
     init = [ctypes.c_int.in_dll(fake, name).value for name in ("init_nranks", "init_rank")]
-    assert init == [1, 0]  # and the unique id arrived whole (the fake checks its first and last byte)
+    assert init == [1, 0]  # and the unique id arrived whole, by value (the fake checks two bytes)
     assert rival.describe().startswith(f"libnccl 2.32.3 from {fake_lib}")
     seen = (ctypes.c_longlong * 8).in_dll(fake, "seen")
     rival.prepare(buffers(1000), in_place=False)()
-    assert list(seen[:7]) == [0x7000, 0x9000, 1000, DTYPES["float64"], OPS["max"], seen[5], 0x5150]
-    rival.prepare(buffers(77), in_place=True)()
-    assert list(seen[:3]) == [0x9000, 0x9000, 77]  # in place: send is recv
+    assert list(seen[:7]) == [0x7000, 0x9000, 1000, 8, 2, rival.comm, 0x5150]  # float64, max
+    rival.prepare(buffers((1 << 33) + 5), in_place=True)()  # a count past 32 bits: a size_t
+    assert list(seen[:3]) == [0x9000, 0x9000, (1 << 33) + 5]  # in place: send is recv
     with pytest.raises(RuntimeError, match="ncclAllReduce failed: invalid usage \\(fake\\) 5"):
         rival.prepare(buffers(13), in_place=False)()
     rival.close()
     assert ctypes.c_int.in_dll(fake, "destroyed").value == 1 and rival.comm is None
 
 
+def test_the_codes_are_nccl_hs() -> None:
+    """ncclDataType_t and ncclRedOp_t as nccl.h numbers them (part of NCCL's ABI)."""
+    assert DTYPES == {"int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
+    assert OPS == {"sum": 0, "prod": 1, "max": 2, "min": 3}
+
+
 @pytest.mark.parametrize(("dtype", "op"), [("float16", "sum"), ("bfloat16", "prod"), ("int32", "min"),
                                            ("int64", "max"), ("float32", "sum")])
-def test_each_type_and_reduction_has_nccls_code(fake_lib, monkeypatch, dtype, op) -> None:
+def test_each_type_and_reduction_reaches_the_call(fake_lib, monkeypatch, dtype, op) -> None:
     monkeypatch.setenv("MPIRING_NCCL_LIB", str(fake_lib))
     rival = NcclLib(stream=lambda: 0)
     rival.setup(MPI.COMM_SELF, context(dtype, op))
-    assert rival.codes == (DTYPES[dtype], OPS[op])
+    rival.prepare(buffers(3), in_place=True)()
+    seen = (ctypes.c_longlong * 8).in_dll(ctypes.CDLL(str(fake_lib)), "seen")
+    assert (seen[3], seen[4]) == (DTYPES[dtype], OPS[op])
     rival.close()
-    assert (DTYPES["bfloat16"], DTYPES["float32"], OPS["sum"], OPS["min"]) == (9, 7, 0, 3)  # nccl.h's
+
+
+def test_failures_are_said_in_nccls_words(fake_lib, monkeypatch) -> None:
+    monkeypatch.setenv("MPIRING_NCCL_LIB", str(fake_lib))
+    fake = ctypes.CDLL(str(fake_lib))
+    knob = ctypes.c_int.in_dll(fake, "fail_init")
+    knob.value = 1
+    try:
+        rival = NcclLib(stream=lambda: 0)
+        with pytest.raises(StageFailed, match="ncclCommInitRank failed: other \\(fake\\) 2"):
+            rival.setup(MPI.COMM_SELF, context())
+        rival.close()  # after a set-up that failed half way: nothing to destroy
+        assert rival.comm is None
+    finally:
+        knob.value = 0
+    version = ctypes.c_int.in_dll(fake, "fake_version")
+    version.value = 20905  # 2.9.5: no ncclBfloat16
+    try:
+        with pytest.raises(StageFailed, match="libnccl 2.9.5 predates ncclBfloat16"):
+            NcclLib(stream=lambda: 0).setup(MPI.COMM_SELF, context("bfloat16"))
+    finally:
+        version.value = 23203
 
 
 def test_what_is_missing_is_said(monkeypatch, tmp_path) -> None:
@@ -118,8 +114,53 @@ def test_what_is_missing_is_said(monkeypatch, tmp_path) -> None:
 def test_a_library_that_is_not_nccl_is_refused(fake_lib, monkeypatch) -> None:
     other = fake_lib.parent / "libother.so"
     (fake_lib.parent / "other.c").write_text("int not_nccl(void) { return 0; }\n")
-    subprocess.run([shutil.which("cc") or "gcc", "-shared", "-fPIC", "-o", str(other),
-                    str(fake_lib.parent / "other.c")], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(other), str(fake_lib.parent / "other.c")], check=True)
     monkeypatch.setenv("MPIRING_NCCL_LIB", str(other))
     with pytest.raises(StageFailed, match="is not a libnccl"):
         NcclLib().setup(MPI.COMM_SELF, context())
+
+
+# Two files of SONAME libnccl.so.2 in one process, each case in a fresh interpreter (a library
+# once loaded stays): "cupy" stands for CuPy's libnccl, loaded by its bare name first.
+TWO_NCCLS = r"""
+import ctypes, os, sys
+from mpi4py import MPI
+import numpy as np
+from mpiring.bench.rivals.base import RivalContext
+from mpiring.bench.rivals.nccl_lib import NcclLib
+first = sys.argv[1]
+if first != "-":
+    os.environ["LD_LIBRARY_PATH"] = os.path.dirname(first)
+    ctypes.CDLL(first)  # CuPy's, as its extension's DT_NEEDED would load it
+os.environ["MPIRING_NCCL_LIB"] = sys.argv[2]
+rival = NcclLib(stream=lambda: 0)
+try:
+    rival.setup(MPI.COMM_SELF, RivalContext(1, np.dtype("float32"), "sum", 0, 1, 1, 10.0))
+except Exception as err:
+    print("REFUSED", err)
+    raise SystemExit(0)
+by_name = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD)
+code = ctypes.c_int()
+by_name.ncclGetVersion(ctypes.byref(code))
+print("LOADED", rival.describe(), "| by name:", code.value)
+rival.close()
+"""
+
+
+def test_a_second_nccl_beside_the_first_is_its_own_copy(tmp_path) -> None:
+    """The row's NCCL beside CuPy's (loaded first, by name): two copies, each its own version,
+    and a libnccl.so.2 looked up by name is still CuPy's. Alone, with nothing loaded before it,
+    the file would stand in for every later libnccl.so.2 by name: refused."""
+    cupys = fake_nccl.build(tmp_path / "cupy", version=22809, soname=True)
+    newer = fake_nccl.build(tmp_path / "newer", version=23203, soname=True)
+
+    def run(first: str) -> str:
+        done = subprocess.run([sys.executable, "-c", TWO_NCCLS, first, str(newer)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = run(str(cupys))
+    assert "LOADED libnccl 2.32.3 from" in out and "| by name: 22809" in out, out
+    out = run("-")
+    assert "REFUSED" in out and "resolves to in this process" in out, out

@@ -16,6 +16,7 @@ kernels with no host call at all.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from collections.abc import Callable
@@ -24,15 +25,14 @@ from typing import Any
 from ...core import settings
 from ...core.errors import InvalidArgumentError
 from ..measure import agree
-from .base import Rival, RivalContext, current_stream_pointer, device_pointer
+from .base import Rival, RivalContext, device_pointer
 from .direct_calls import nccl_version
 from .env import multicast_off
+from .nccl_symm import DTYPES, OPS  # nccl.h's ncclDataType_t and ncclRedOp_t, one table
 
 HINT = ("point MPIRING_NCCL_LIB at a libnccl.so.2, e.g. nvidia/nccl/lib/libnccl.so.2 of another "
-        "nvidia-nccl wheel (pip download nvidia-nccl-cu13, then unzip it)")
-# numpy's names -> ncclDataType_t; -o -> ncclRedOp_t (nccl.h's values, part of NCCL's ABI)
-DTYPES = {"int32": 2, "int64": 4, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
-OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+        "nvidia-nccl wheel of this machine's CUDA major (pip download --no-deps nvidia-nccl-cu13 "
+        "or nvidia-nccl-cu12, then unzip it)")
 BFLOAT16_SINCE = (2, 10)
 
 
@@ -46,10 +46,20 @@ class NcclLibrary:
     """The entry points of one libnccl file, typed once."""
 
     def __init__(self, path: str) -> None:
+        # The libnccl of CuPy (and torch) first: a libnccl.so.2 loaded later by its bare name
+        # would bind to whichever file of that SONAME is already loaded, ours included, and
+        # the other rows would then time this NCCL.
+        with contextlib.suppress(Exception):  # no CuPy NCCL: the check below still guards
+            import cupy.cuda.nccl  # noqa: F401
         try:
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW)
         except OSError as err:
             raise InvalidArgumentError(f"MPIRING_NCCL_LIB={path} does not load: {err}") from None
+        if lib._handle == _loaded_by_soname():
+            raise InvalidArgumentError(
+                f"MPIRING_NCCL_LIB={path} is the file a libnccl.so.2 loaded by name resolves to in "
+                "this process (the same file as CuPy's, or CuPy's NCCL missing): the other NCCL rows "
+                "would time it too; point it at another file, beside CuPy's NCCL")
         self.path = path
         vp, c_int = ctypes.c_void_p, ctypes.c_int
         try:
@@ -81,13 +91,21 @@ class NcclLibrary:
         return nccl_version(code.value)
 
 
+def _loaded_by_soname() -> int | None:
+    """The handle of the libnccl.so.2 this process loaded by its bare name, if any (not loading it)."""
+    try:
+        return ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD | os.RTLD_NOW)._handle
+    except OSError:
+        return None
+
+
 class NcclLib(Rival):
     """``nccl-lib``: ``ncclAllReduce`` of the libnccl ``MPIRING_NCCL_LIB`` names."""
 
     name = "nccl-lib"
 
-    def __init__(self, stream: Callable[[], int] = current_stream_pointer) -> None:
-        self.stream = stream  # the current stream's handle, per call (tests pass their own)
+    def __init__(self, stream: Callable[[], int] | None = None) -> None:
+        self.stream = stream  # the current stream's handle, per call (None: CuPy's; tests pass their own)
         self.lib: NcclLibrary | None = None
         self.comm: int | None = None
         self.version: tuple[int, int, int] | None = None
@@ -113,6 +131,11 @@ class NcclLib(Rival):
         agree(world, load)
         lib = self.lib
         assert lib is not None
+        versions = agree(world, lambda: self.version, share=True)
+        if len(set(versions)) > 1:  # the same on every rank: every rank raises alike
+            raise InvalidArgumentError("MPIRING_NCCL_LIB names different NCCL versions on different ranks: "
+                                       + ", ".join(f"rank {r}: {'.'.join(map(str, v))}"
+                                                   for r, v in enumerate(versions)))
 
         def unique_id() -> bytes | None:
             if world.rank:
@@ -138,14 +161,16 @@ class NcclLib(Rival):
     def prepare(self, bufs: Any, in_place: bool) -> Callable[[], None]:
         lib, comm = self.lib, self.comm
         assert lib is not None and comm is not None, "setup() first"
-        all_reduce, check, stream = lib.all_reduce, lib.check, self.stream
-        datatype, op = self.codes
-        count = int(bufs.count)
-        recv = device_pointer(bufs.recv)
-        send = recv if in_place else device_pointer(bufs.send)
+        all_reduce, check = lib.all_reduce, lib.check
+        stream = self.stream if self.stream is not None else _cupy_stream()
+        datatype, op = ctypes.c_int(self.codes[0]), ctypes.c_int(self.codes[1])
+        count = ctypes.c_size_t(int(bufs.count))
+        recv = ctypes.c_void_p(device_pointer(bufs.recv))
+        send = recv if in_place else ctypes.c_void_p(device_pointer(bufs.send))
+        handle = ctypes.c_void_p(comm)  # the fixed arguments converted once, not per call
 
         def call() -> None:
-            result = all_reduce(send, recv, count, datatype, op, comm, stream())
+            result = all_reduce(send, recv, count, datatype, op, handle, stream())
             if result:
                 check(result, "ncclAllReduce")
         return call
@@ -161,6 +186,15 @@ class NcclLib(Rival):
             pass
         self.lib.check(self.lib.comm_destroy(self.comm), "ncclCommDestroy")
         self.comm = None
+
+
+def _cupy_stream() -> Callable[[], int]:
+    """CuPy's current stream's handle, read at every call (the bench's stream, or its capture
+    stream under ``--graph``), with the lookup bound once."""
+    import cupy
+
+    current = cupy.cuda.get_current_stream
+    return lambda: current().ptr
 
 
 def _codes(dtype: str, op: str, version: tuple[int, ...]) -> tuple[int, int]:
