@@ -198,13 +198,17 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             _add_torch_cases(world, comms["gpu"], names, x, out, labels, cases, gated)
         gate = Gate() if gpu and args.gate else None
         times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
+        # Every rank's medians too: the calls couple the ranks, so rank 0's pace is the slowest
+        # rank's, and only the other ranks' own figures say which one that is.
+        medians = world.gather([statistics.median(t) for t in times]) or []  # (None off rank 0)
         if world.rank == 0:
             how = ", gated" if gate is not None else (", not gated" if gpu else "")
             print(f"# host time per eager call: {format_size(count * 4)} float32 sum, {world.size} "
                   f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
-                  f"of {args.calls} calls (range)")
-            for label, t in zip(labels, times, strict=True):
-                print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f})")
+                  f"of {args.calls} calls (range)" + ("; then each rank's median" if world.size > 1 else ""))
+            for i, (label, t) in enumerate(zip(labels, times, strict=True)):
+                ranks = "  ranks " + " ".join(f"{m[i]:.1f}" for m in medians) if world.size > 1 else ""
+                print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f}){ranks}")
         if args.profile and runs[args.profile]:
             profiled = comms[PROFILE_CHECKS[args.profile_check]]
             profile(profiled, args.profile, x, out, args.calls, sync, world, args.profile_check)

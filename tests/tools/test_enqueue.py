@@ -15,14 +15,17 @@ ARGS = ["--host", "--calls", "20", "--rounds", "2", "--algo", "ring,mpi,oneshot"
 
 
 def check_output(out: str, ranks: int) -> None:
-    """Rank 0's report of :data:`ARGS` on ``ranks`` ranks."""
+    """Rank 0's report of :data:`ARGS` on ``ranks`` ranks (with several, each rank's median too)."""
     assert f"1 KiB float32 sum, {ranks} rank(s), host arrays, median of 2 rounds of 20 calls" in out
     assert "# oneshot: n/a (algorithm 'oneshot' reduces GPU arrays" in out
     for label in ("np.copyto", "ring (check gpu)", "mpi (check gpu)", "ring (check off)", "mpi (check off)"):
         line = next(x for x in out.splitlines() if x.strip().startswith(label))
-        median, low, high = map(float, re.search(r"(\d+\.\d+) us\s+\((\d+\.\d+)-(\d+\.\d+)\)$",
-                                                 line).groups())
+        found = re.search(r"(\d+\.\d+) us\s+\((\d+\.\d+)-(\d+\.\d+)\)(  ranks( \d+\.\d+)+)?$", line)
+        median, low, high = map(float, found.groups()[:3])
         assert 0 < low <= median <= high, line
+        each = [float(m) for m in found.group(4).split()[1:]] if found.group(4) else []
+        assert len(each) == (0 if ranks == 1 else ranks), line
+        assert not each or each[0] == median, line  # rank 0's own median is the one printed first
     assert "# cProfile of 20 calls of mpi (check off)" in out and "dispatch.py" in out
 
 
