@@ -26,14 +26,13 @@ from ...core import settings
 from ...core.errors import InvalidArgumentError
 from ..measure import agree
 from .base import Rival, RivalContext, device_pointer
-from .direct_calls import nccl_version
+from .direct_calls import BFLOAT16_SINCE, nccl_version
 from .env import multicast_off
 from .nccl_symm import DTYPES, OPS  # nccl.h's ncclDataType_t and ncclRedOp_t, one table
 
 HINT = ("point MPIRING_NCCL_LIB at a libnccl.so.2, e.g. nvidia/nccl/lib/libnccl.so.2 of another "
         "nvidia-nccl wheel of this machine's CUDA major (pip download --no-deps nvidia-nccl-cu13 "
         "or nvidia-nccl-cu12, then unzip it)")
-BFLOAT16_SINCE = (2, 10)
 
 
 class UniqueId(ctypes.Structure):
