@@ -75,3 +75,19 @@ def test_a_bound_launch_replays_its_own_arguments(data) -> None:
             one(55)
             assert driver.launches[-1] == ((100 + function, 5 + function, 1, 1, 512, 1, 1, 0, 55, 0), args)
             assert driver.launches[-2] == ((7, 1, 1, 1, 512, 1, 1, 0, 3, 0), other)
+
+
+def test_a_launch_may_ask_for_fewer_threads_never_more() -> None:
+    """oneshot-ll picks its block size per call (``direct_kernels.ll_shape``): a launch or a bound
+    launch takes ``threads`` up to the kernels' ``__launch_bounds__``, the packed ones' default."""
+    driver = Driver(("i32",))
+    launch = PackedLaunch(("i32",), 512, driver_launch=driver)
+    launch(1, 4, 2, 9, threads=64)
+    launch.bind(1, 4, 9, threads=96)(2)
+    launch(1, 4, 2, 9)
+    assert [call[0][4] for call in driver.launches] == [64, 96, 512]
+    for bad in (0, 513):
+        with pytest.raises(ValueError, match="1 to 512"):
+            launch(1, 4, 2, 9, threads=bad)
+        with pytest.raises(ValueError, match="1 to 512"):
+            launch.bind(1, 4, 9, threads=bad)

@@ -24,7 +24,6 @@ from mpiring.core import descriptor
 from mpiring.core.errors import MpiringTimeoutError, PeerArgumentError, PeerFailedError, RankMismatchError
 from mpiring.core.ops import DTYPE_BY_CODE, DTYPES, Op
 from mpiring.cuda import contract, sources
-from mpiring.cuda.direct_kernels import LL_BLOCK_LINES, ll_blocks
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,
@@ -222,10 +221,3 @@ def test_several_skipped_calls_are_one_error_that_says_so() -> None:
     theirs = descriptor.pack(dict(CALL_VALUES, op=2), 4)
     err, seen = skipped_error(_skipped(5, 1, theirs, mine), 0, 2, describe)
     assert seen == 5 and "3 calls were skipped" in str(err)
-
-
-@given(st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8]))
-def test_oneshot_ll_grid_covers_every_line_with_no_idle_block(count, itemsize) -> None:
-    blocks = ll_blocks(count, itemsize)
-    lines = -(-count * itemsize // 8)
-    assert (blocks - 1) * LL_BLOCK_LINES < max(lines, 1) <= blocks * LL_BLOCK_LINES

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
+from ..core import settings
 from ..core.buffers import Buffer, Memory
 from ..core.descriptor import Descriptor
 from ..core.errors import MpiringError, SetupError
@@ -104,7 +105,8 @@ class GpuBackend(Backend):
             self.transport = CudaIpcTransport(self.staging, self.memops, self.kernel)
             self.pipeline = RingPipeline(self.transport)
             self.direct: DirectKernels = DirectKernels(self.staging, self.layout, self.status.ptr,
-                                                       timeouts.seconds, self.sm_budget)
+                                                       timeouts.seconds, self.sm_budget,
+                                                       settings.integer("MPIRING_LL_BLOCK_LINES"))
             self._switch_event, self._sync_event = (self._new_event() for _ in range(2))
             self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeouts.seconds,
                                      groups.node_ranks)

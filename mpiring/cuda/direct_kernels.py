@@ -35,6 +35,7 @@ kernel at a time.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,7 +52,43 @@ WORD = 16  # bytes: rows and shards start on 16-byte boundaries of the staging
 _SOURCE = "direct.cu"
 _LL_SOURCE = "oneshot_ll.cu"
 _NOTICE_SOURCE = "notice.cu"
-LL_BLOCK_LINES = LL_THREADS * LL_LINES  # lines one oneshot-ll block moves
+LL_BLOCK_LINES = LL_THREADS * LL_LINES  # the most lines one oneshot-ll block moves
+WARP = 32
+
+
+class LlShape(NamedTuple):
+    """The grid of one oneshot-ll launch: ``blocks`` of ``threads`` threads, each thread moving
+    up to ``per_thread`` lines (``csrc/oneshot_ll.cu``, "Shape")."""
+
+    blocks: int
+    threads: int
+    per_thread: int
+
+
+def ll_shape(count: int, itemsize: int, block_lines: int = LL_BLOCK_LINES,
+             max_blocks: int | None = None) -> LlShape:
+    """The grid of a oneshot-ll launch of ``count`` elements of ``itemsize`` bytes: about
+    ``block_lines`` lines (8 payload bytes each) per block, so a larger message spreads over
+    more SMs, but never more than ``max_blocks`` blocks (the SM budget) nor more than
+    :data:`LL_BLOCK_LINES` lines per block; whole warps, and no block without a line.
+
+    Raises ValueError where ``max_blocks`` blocks cannot hold the message (the launcher's size
+    limit keeps calls below that)."""
+    if not 1 <= block_lines <= LL_BLOCK_LINES:
+        raise ValueError(f"block_lines must be from 1 to {LL_BLOCK_LINES}, got {block_lines}")
+    lines = max(1, -(-count * itemsize // 8))
+    fewest = -(-lines // LL_BLOCK_LINES)
+    wanted = -(-lines // block_lines)
+    if max_blocks is not None:
+        if fewest > max_blocks:
+            raise ValueError(f"{lines} lines need {fewest} blocks of oneshot-ll, over the budget "
+                             f"of {max_blocks}")
+        wanted = min(wanted, max_blocks)
+    per_block = -(-lines // max(wanted, fewest))
+    per_thread = -(-per_block // LL_THREADS)  # at most LL_LINES, as per_block <= LL_BLOCK_LINES
+    busy = -(-per_block // per_thread)  # threads with a line
+    threads = min(LL_THREADS, -(-busy // WARP) * WARP)  # whole warps
+    return LlShape(-(-lines // (threads * per_thread)), threads, per_thread)
 
 
 @functools.cache
@@ -71,21 +108,16 @@ def _module(source: str, kernel: str):
                           name_expressions=[kernel])
 
 
-def ll_blocks(count: int, itemsize: int) -> int:
-    """Thread blocks of a oneshot-ll launch of ``count`` elements: one per LL_BLOCK_LINES lines."""
-    lines = -(-count * itemsize // 8)
-    return max(1, -(-lines // LL_BLOCK_LINES))
-
-
 class DirectKernels:
     """Launchers of the one-shot and two-shot kernels over one communicator's staging."""
 
     def __init__(self, staging, layout: StagingLayout, status: int, timeout: float,
-                 sm_budget: int | None = None) -> None:
+                 sm_budget: int | None = None, ll_block_lines: int | None = None) -> None:
         """``status``: device address of the host status block; ``timeout``: seconds a barrier
         may wait for a peer before the kernel aborts the communicator; ``sm_budget``: the most
         blocks a oneshot-ll launch may have (its largest message shrinks to fit; the one-/two-shot
-        grid is ``layout.blocks``, already within the budget)."""
+        grid is ``layout.blocks``, already within the budget); ``ll_block_lines``: about how many
+        lines a oneshot-ll block moves (:func:`ll_shape`; default :data:`LL_BLOCK_LINES`)."""
         import cupy
 
         self.layout = layout
@@ -105,8 +137,10 @@ class DirectKernels:
         # The largest one-shot message, in bytes: every rank's row must fit one slot.
         self.oneshot_limit = layout.oneshot_bytes // staging.size // WORD * WORD
         self.ll_limit = layout.ll_limit  # the largest oneshot-ll message, in bytes
-        if sm_budget is not None:  # ll_blocks(ll_limit) must stay within the budget
+        if sm_budget is not None:  # ll_shape(ll_limit) must stay within the budget
             self.ll_limit = min(self.ll_limit, sm_budget * LL_BLOCK_LINES * 8)
+        self._ll_block_lines = LL_BLOCK_LINES if ll_block_lines is None else ll_block_lines
+        self._ll_max_blocks = sm_budget
         ctl = np.zeros((), dtype=CONTROL)
         for r in range(staging.size):
             ctl["flags"][r] = staging.addr(r, layout.direct_flags)
@@ -131,13 +165,13 @@ class DirectKernels:
         rt.memcpy(self._ctl_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
         rt.deviceSynchronize()  # set-up only: the table has landed before any stream reads it
         self._functions: dict[tuple[str, np.dtype, Op], int] = {}
-        # (in, out, n, ctl, vec, d0, d1): the kernels' parameters, as csrc/direct.cu and
-        # csrc/oneshot_ll.cu declare them (d0, d1: the call's descriptor).
+        # (in, out, n, ctl, vec, d0, d1): the kernels' parameters, as csrc/direct.cu declares
+        # them (d0, d1: the call's descriptor); csrc/oneshot_ll.cu's add per_thread (its shape).
         self._launch = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64"), THREADS)
-        self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64"), LL_THREADS)
+        self._launch_ll = PackedLaunch(("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64", "i32"), LL_THREADS)
         # (ctl, d0, d1): the notice's, as csrc/notice.cu declares them.
         self._launch_notice = PackedLaunch(("ptr", "i64", "i64"), LL_THREADS)
-        self._ll_shapes: dict[tuple[int, np.dtype, Op], tuple[int, int]] = {}
+        self._ll_shapes: dict[tuple[int, np.dtype, Op], tuple[int, LlShape]] = {}
         self._notice: int | None = None
 
     def disable_timeout(self) -> None:
@@ -164,23 +198,24 @@ class DirectKernels:
             self._functions[key] = fn
         return fn
 
-    def _ll_shape(self, count: int, dtype: np.dtype, op: Op) -> tuple[int, int]:
-        """(function, blocks) of a oneshot-ll launch of ``count`` elements."""
+    def _ll_shape(self, count: int, dtype: np.dtype, op: Op) -> tuple[int, LlShape]:
+        """(function, grid) of a oneshot-ll launch of ``count`` elements."""
         key = (count, dtype, op)  # hot path: one lookup per call shape (bounded)
         shape = self._ll_shapes.get(key)
         if shape is None:
             if len(self._ll_shapes) >= 4096:
                 self._ll_shapes.clear()
             shape = self._ll_shapes[key] = (self._function("oneshot_ll", dtype, op),
-                                            ll_blocks(count, dtype.itemsize))
+                                            ll_shape(count, dtype.itemsize, self._ll_block_lines,
+                                                     self._ll_max_blocks))
         return shape
 
     def launch_ll(self, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
                   stream) -> None:
         """Enqueue one oneshot-ll allreduce of ``count`` elements carrying descriptor ``desc``."""
-        function, blocks = self._ll_shape(count, dtype, op)
-        self._launch_ll(function, blocks, stream.ptr, src, out, count, self._ctl_ptr,
-                        int((src | out) % 8 == 0), desc[0], desc[1])
+        function, shape = self._ll_shape(count, dtype, op)
+        self._launch_ll(function, shape.blocks, stream.ptr, src, out, count, self._ctl_ptr,
+                        int((src | out) % 8 == 0), desc[0], desc[1], shape.per_thread, threads=shape.threads)
 
     def launch(self, kind: str, src: int, out: int, count: int, dtype: np.dtype, op: Op, desc: Descriptor,
                stream) -> None:
@@ -196,9 +231,10 @@ class DirectKernels:
         :meth:`launch_ll` would make for these arguments, with every argument fixed: calling it
         with a stream enqueues that very kernel there again (the eager fast path)."""
         if kind == "oneshot_ll":
-            function, blocks = self._ll_shape(count, dtype, op)
-            return self._launch_ll.bind(function, blocks, src, out, count, self._ctl_ptr,
-                                        int((src | out) % 8 == 0), desc[0], desc[1])
+            function, shape = self._ll_shape(count, dtype, op)
+            return self._launch_ll.bind(function, shape.blocks, src, out, count, self._ctl_ptr,
+                                        int((src | out) % 8 == 0), desc[0], desc[1], shape.per_thread,
+                                        threads=shape.threads)
         return self._launch.bind(self._function(kind, dtype, op), self.blocks, src, out, count,
                                  self._ctl_ptr, int((src | out) % 16 == 0), desc[0], desc[1])
 

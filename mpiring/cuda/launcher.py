@@ -56,15 +56,25 @@ class PackedLaunch:
         self._format, self._view, self._params = self._buffer.format, self._buffer.view, self._buffer.address
         self.threads = threads
 
-    def __call__(self, function: int, blocks: int, stream: int, *args: int) -> None:
-        """Enqueue ``function`` (a ``CUfunction`` handle) with ``args`` on ``stream`` (a handle)."""
+    def __call__(self, function: int, blocks: int, stream: int, *args: int,
+                 threads: int | None = None) -> None:
+        """Enqueue ``function`` (a ``CUfunction`` handle) with ``args`` on ``stream`` (a handle),
+        in blocks of ``threads`` threads (default :attr:`threads`: never more, the kernels'
+        ``__launch_bounds__``)."""
         self._format.pack_into(self._view, 0, *args)
-        self._driver_launch(function, blocks, 1, 1, self.threads, 1, 1, 0, stream, self._params, 0)
+        self._driver_launch(function, blocks, 1, 1, self._threads(threads), 1, 1, 0, stream, self._params, 0)
 
-    def bind(self, function: int, blocks: int, *args: int) -> BoundLaunch:
+    def bind(self, function: int, blocks: int, *args: int, threads: int | None = None) -> BoundLaunch:
         """The launch of ``function`` with ``args`` fixed once: a :class:`BoundLaunch` (its own
         argument buffer, so any number of them coexist with this one)."""
-        return BoundLaunch(self._kinds, self.threads, function, blocks, args, self._driver_launch)
+        return BoundLaunch(self._kinds, self._threads(threads), function, blocks, args, self._driver_launch)
+
+    def _threads(self, threads: int | None) -> int:
+        if threads is None:
+            return self.threads
+        if not 1 <= threads <= self.threads:
+            raise ValueError(f"a block of {threads} threads: these kernels take 1 to {self.threads}")
+        return threads
 
 
 class BoundLaunch:

@@ -29,35 +29,54 @@ def test_ten_thousand_calls_on_changing_data_with_a_straggler():
     """10,000 calls, sizes from 1 element to the limit, every dtype and op, out of place and in
     place, one rank held back on the GPU at random calls (so its peers run ahead into the next
     slot): every element of every call checked, in groups of 32 enqueued back to back."""
-    chance = random.Random(2026)  # the same draws on every rank: the calls are collective
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
+        errors = _calls_on_changing_data(c, 10_000, seed=2026)
+    agree(not errors, "; ".join(errors[:10]))
+
+
+@pytest.mark.parametrize("block_lines", ["32", "128", "per-rank"])
+def test_spread_grids_on_changing_data_with_a_straggler(monkeypatch, block_lines):
+    """Blocks of fewer lines (``MPIRING_LL_BLOCK_LINES``) spread a message over more SMs; a
+    rank's grid is its own ("per-rank": rank r's blocks take 64 * (r + 1) lines, so every rank
+    differs): 2,000 calls as above, every element checked."""
+    value = str(64 * (RANK + 1)) if block_lines == "per-rank" else block_lines
+    monkeypatch.setenv("MPIRING_LL_BLOCK_LINES", value)  # read when the communicator is made
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
+        errors = _calls_on_changing_data(c, 2_000, seed=2027)
+    agree(not errors, "; ".join(errors[:10]))
+
+
+def _calls_on_changing_data(c: mpiring.Communicator, calls: int, seed: int) -> list[str]:
+    """``calls`` oneshot-ll calls of random sizes, dtypes, ops and placements with a straggler,
+    checked in groups of 32; the errors found."""
+    chance = random.Random(seed)  # the same draws on every rank: the calls are collective
     dtypes = ("float32", "float16", "float64", "int32", "int64")
     ops = list(mpiring.core.ops.REDUCTIONS)
     errors: list[str] = []
-    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot-ll") as c:
-        stream = cupy.cuda.get_current_stream()
-        pending = []
-        for call in range(10_000):
-            dtype, op = chance.choice(dtypes), chance.choice(ops)
-            most = LIMIT // np.dtype(dtype).itemsize
-            count = chance.choice([1, 2, 3, 7, 1023, most, chance.randrange(1, most + 1)])
-            x = rank_input(RANK, count, dtype, salt=call, span=span_for(op))
-            if chance.random() < 0.5:
-                out = cupy.empty_like(x)
-                poison(out)
-                c.Allreduce(x, out, op)
-            else:
-                out = x
-                c.Allreduce(MPI.IN_PLACE, out, op)
-            late, delay = chance.random() < 0.05, chance.uniform(0, 300e-6)  # drawn on every rank
-            if late and RANK == call % SIZE:
-                gpu_nap(stream, delay)
-            pending.append((call, op, dtype, count, out))
-            if len(pending) == 32:
-                errors += _check(pending)
-                pending.clear()
-        errors += _check(pending)
-        c.synchronize()
-    agree(not errors, "; ".join(errors[:10]))
+    stream = cupy.cuda.get_current_stream()
+    pending = []
+    for call in range(calls):
+        dtype, op = chance.choice(dtypes), chance.choice(ops)
+        most = LIMIT // np.dtype(dtype).itemsize
+        count = chance.choice([1, 2, 3, 7, 1023, most, chance.randrange(1, most + 1)])
+        x = rank_input(RANK, count, dtype, salt=call, span=span_for(op))
+        if chance.random() < 0.5:
+            out = cupy.empty_like(x)
+            poison(out)
+            c.Allreduce(x, out, op)
+        else:
+            out = x
+            c.Allreduce(MPI.IN_PLACE, out, op)
+        late, delay = chance.random() < 0.05, chance.uniform(0, 300e-6)  # drawn on every rank
+        if late and RANK == call % SIZE:
+            gpu_nap(stream, delay)
+        pending.append((call, op, dtype, count, out))
+        if len(pending) == 32:
+            errors += _check(pending)
+            pending.clear()
+    errors += _check(pending)
+    c.synchronize()
+    return errors
 
 
 def _check(pending) -> list[str]:

@@ -21,6 +21,12 @@
 // every peer's before it writes any output: on a difference no rank writes output, and the
 // communicator stays usable.
 //
+// Shape (chosen per call by the launcher: ll_shape in mpiring/cuda/direct_kernels.py). Block b
+// takes the `span` = blockDim.x * per_thread consecutive lines from b * span, thread t of it
+// lines t, t + blockDim.x, ... (per_thread of them, at most LL_LINES: they stay in registers).
+// Lines of one row may come from any block of the writer: a rank's shape is its own business,
+// so ranks need not agree on it.
+//
 // No wait is unbounded: as in direct.cu, a waiting thread reads the clock and the abort word
 // every 256 spins (give_up in sync.cuh). Output lines are written per line once complete, so
 // a peer that dies while pushing can leave part of the output written; a peer that never
@@ -33,7 +39,8 @@
 
 template <class T, class Op>
 __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in, typename T::S* out, long long n,
-                                                  const Ctl* __restrict__ c, int vec, u64 d0, u64 d1) {
+                                                  const Ctl* __restrict__ c, int vec, u64 d0, u64 d1,
+                                                  int per_thread) {
   typedef typename T::S S;
   const GpuCall g = gpu_call(c);
   const int me = c->rank, size = c->size, t = threadIdx.x;
@@ -43,12 +50,12 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
   // 1. This call's descriptor, then my lines, into row `me` of every peer's slot. The lines go
   // out before the check, unconditionally: a peer that disagrees waits for them to clear them.
   post_descriptor(c, g, d0, d1);
-  const long long first = (long long)blockIdx.x * LL_THREADS * LL_LINES + t;
+  const long long first = (long long)blockIdx.x * blockDim.x * per_thread + t;
   u64 mine[LL_LINES];
 #pragma unroll
   for (int k = 0; k < LL_LINES; ++k) {
-    const long long l = first + (long long)k * LL_THREADS;
-    if (l >= lines) break;
+    const long long l = first + (long long)k * blockDim.x;
+    if (k >= per_thread || l >= lines) break;
     mine[k] = load_word<u64>(in, l, n, vec);
     for (int r = 0; r < size; ++r)
       if (r != me) st_payload(line_of(c, r, g.par, me, l), tag, mine[k]);
@@ -63,8 +70,8 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
     bool stop = false;
 #pragma unroll
     for (int k = 0; k < LL_LINES; ++k) {
-      const long long l = first + (long long)k * LL_THREADS;
-      if (l >= lines) break;
+      const long long l = first + (long long)k * blockDim.x;
+      if (k >= per_thread || l >= lines) break;
       Pack<T, u64> acc;  // a line's 8 payload bytes, widened
       for (int r = 0; r < size; ++r) {
         const u64 v = (r == me) ? mine[k]
