@@ -26,13 +26,18 @@ GPU_CHECKED = ("oneshot-ll", "oneshot", "twoshot")
 COUNTS = {"oneshot-ll": 4096, "oneshot": 20_000, "twoshot": 300_000}
 
 
-@pytest.mark.parametrize("algo", GPU_CHECKED)
-def test_a_mismatch_at_call_5000_of_10000_is_skipped_everywhere_and_raised_once(algo):
+@pytest.mark.parametrize("algo", [*GPU_CHECKED, "oneshot-ll:per-rank-grids"])
+def test_a_mismatch_at_call_5000_of_10000_is_skipped_everywhere_and_raised_once(algo, monkeypatch):
     """10,000 calls on changing data, one rank late now and then; at call 5,000 the last rank
     passes one element fewer. Every rank raises RankMismatchError exactly once (naming both
     counts), at whichever later call or synchronize() finds it; call 5,000 writes nothing on
     any rank; every other call is exact on every element (compared on the GPU, no host wait);
-    the communicator stays usable throughout."""
+    the communicator stays usable throughout. "per-rank-grids": oneshot-ll with a different grid
+    on every rank (``MPIRING_LL_BLOCK_LINES``), so the skipped call's lines are cleared by
+    blocks that differ from those that pushed them."""
+    if algo == "oneshot-ll:per-rank-grids":
+        algo = "oneshot-ll"
+        monkeypatch.setenv("MPIRING_LL_BLOCK_LINES", str(32 * (RANK + 1)))
     count, bad_call, calls = COUNTS[algo], 5000, 10_000
     chance = random.Random(14)  # the same draws on every rank
     stream = cupy.cuda.get_current_stream()

@@ -141,8 +141,15 @@ __device__ __forceinline__ bool scrub_lines(const Ctl* c, GpuCall g, int src, u6
   long long lines = ((long long)t0 * DESC_ITEMSIZE(t1) + 7) / 8;
   if (lines > room || lines < 0) lines = room;
   bool stop = false;
-  for (long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x; l < lines;
-       l += (long long)gridDim.x * blockDim.x) {
+  // Each block scrubs one contiguous share of the row, as a oneshot-ll block reads one
+  // contiguous span: blocks start in index order, and a writer's blocks push before they wait,
+  // so the lines pushed so far are a prefix of the row, and the rank whose started blocks
+  // pushed the shorter prefix finds every line its started blocks wait for. (A grid-stride
+  // loop would have block 0 wait for lines of the writer's last blocks: with both GPUs full,
+  // a wait for blocks that cannot start.)
+  const long long share = (lines + gridDim.x - 1) / gridDim.x;
+  const long long end = min(lines, ((long long)blockIdx.x + 1) * share);
+  for (long long l = (long long)blockIdx.x * share + threadIdx.x; l < end; l += blockDim.x) {
     u64* p = line_of(c, c->rank, g.par, src, l);
     wait_line(c, p, g.flag, kind, src, g.call, since, &stop);
     if (stop) return true;

@@ -25,7 +25,11 @@
 // takes the `span` = blockDim.x * per_thread consecutive lines from b * span, thread t of it
 // lines t, t + blockDim.x, ... (per_thread of them, at most LL_LINES: they stay in registers).
 // Lines of one row may come from any block of the writer: a rank's shape is its own business,
-// so ranks need not agree on it.
+// so ranks need not agree on it. No grid can deadlock, even on GPUs full of other work: blocks
+// start in index order (what current GPUs do; CUDA does not promise it) and push their lines
+// before they wait, so each rank's pushed lines are a prefix of its row, and the rank whose
+// started blocks pushed the shorter prefix finds every line its started blocks wait for: they
+// finish, and free room for the next ones.
 //
 // No wait is unbounded: as in direct.cu, a waiting thread reads the clock and the abort word
 // every 256 spins (give_up in sync.cuh). Output lines are written per line once complete, so
