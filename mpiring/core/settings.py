@@ -129,7 +129,7 @@ TABLE: tuple[Setting, ...] = (
             low=1, unset="no budget"),
     Setting("MPIRING_DIRECT_BLOCKS", "int", 128,
             "thread blocks of the one-shot/two-shot kernels (read at import); equal on every rank", low=1),
-    Setting("MPIRING_LL_BLOCK_LINES", "int", 1024,
+    Setting("MPIRING_LL_BLOCK_LINES", "int", 128,
             "about how many lines (8 payload bytes each) one block of the oneshot-ll kernel moves: "
             "fewer spread a message over more SMs (read when a communicator is made)", low=1, high=1024),
     Setting("MPIRING_CUDA_AWARE_MPI", "bool", None,

@@ -7,9 +7,18 @@ The process group: rank and size come from MPI; rank 0 opens the rendezvous stor
 MPI: 127.0.0.1 when every rank is on rank 0's host, rank 0's host name otherwise. Then
 ``init_process_group("nccl", store=..., device_id=...)`` on every rank, on the GPU CuPy uses.
 
-Streams: the bench times on CuPy's current stream; torch must enqueue there too.
-:meth:`TorchSession.on_current` runs a call under ``torch.cuda.stream(ExternalStream(ptr))``
-when CuPy's stream is not the default one (both libraries' default is the legacy stream 0).
+Streams: the bench times on CuPy's current stream; torch must enqueue there too, and the rows
+are timed the way torch's users call torch: they set torch's current stream once (or stay on
+the default one) and then call, without switching streams per call. So a call made by
+:meth:`TorchSession.on_current` does not enter ``torch.cuda.stream(...)`` (whose
+``__enter__``/``__exit__`` query and set the current stream: host time on every call, which
+torch's users do not pay). It compares CuPy's current stream with the one torch's current
+stream was last found or put on (one lookup and an int compare), and only where CuPy's has
+changed since (a new phase of the bench) does it check torch's, and set it
+(``torch.cuda.set_stream``) if it differs: once per change, not per call. The bench's phases
+keep torch's current stream on CuPy's already (both libraries' default is the legacy stream 0;
+the overlap timeline switches both; :meth:`TorchSession.capture` switches torch's for the
+whole capture), so in a run that check finds it there and switches nothing.
 
 Graphs: torch's ops allocate through its caching allocator and its process group keeps
 bookkeeping that must know a capture is under way, so a torch rival's calls are captured with
@@ -27,7 +36,7 @@ from typing import Any
 
 from ..capture import capture_guard
 from ..measure import agree
-from .base import RivalContext, current_stream_pointer, missing
+from .base import RivalContext, missing
 from .env import multicast_off
 
 TORCH_HINT = "install a CUDA build of torch to measure the torch rivals"
@@ -69,6 +78,9 @@ class TorchSession:
         self.users = 0
         self.device = torch.device("cuda", cupy.cuda.Device().id)
         self._streams: dict[int, Any] = {}
+        # The CUDA stream (pointer) torch's current stream was last found or put on by a call of
+        # on_current, -1 before the first call (see on_current).
+        self._followed = -1
         timeout = timedelta(seconds=ctx.timeout)
         hosts = world.allgather(socket.gethostname())
 
@@ -134,29 +146,52 @@ class TorchSession:
                                   self.torch.cuda.ExternalStream(ptr, device=self.device))
         return self._streams[ptr]
 
-    def on_current(self, op: Callable[[], None]) -> Callable[[], None]:
-        """``op`` made to enqueue on CuPy's current stream (the bench's timer's)."""
+    def follow(self, ptr: int) -> None:
+        """Make torch's current stream the CUDA stream ``ptr`` (CuPy's current one) and remember
+        it: ``torch.cuda.set_stream``, as a torch user sets their stream once, where torch's
+        current stream is another one (a stream switched by CuPy alone); nothing where it is
+        that one already (the bench switched both, or both are on the default stream)."""
         torch = self.torch
+        if int(torch.cuda.current_stream(self.device).cuda_stream) != ptr:
+            torch.cuda.set_stream(self.stream(ptr))
+        self._followed = ptr
+
+    def on_current(self, op: Callable[[], None]) -> Callable[[], None]:
+        """``op`` made to enqueue on CuPy's current stream (the bench's timer's), without a
+        stream switch per call (see the module docstring)."""
+        import cupy
+
+        current = cupy.cuda.get_current_stream  # bound once: a lookup per call, no import
 
         def call() -> None:
-            ptr = current_stream_pointer()
-            if ptr == 0:
-                op()
-                return
-            with torch.cuda.stream(self.stream(ptr)):
-                op()
+            # The one per-call cost: CuPy's stream pointer against the stream torch's current
+            # stream was last found or put on, an int compare. Only when they differ (the bench
+            # changed streams: a new phase) does follow() look at torch's current stream and
+            # set it, once; every later call of the phase runs op() directly, as a torch user's
+            # loop does once it has set its stream. A context manager per call instead (what
+            # this replaced) queried and set torch's stream on every call, host time the torch
+            # rows paid and torch's users do not.
+            ptr = current().ptr
+            if ptr != self._followed:
+                self.follow(ptr)
+            op()
         return call
 
     def capture(self, stream: Any, call: Callable[[], None], k: int) -> TorchGraph:
         """``k`` calls in one ``torch.cuda.graph`` on the bench's capture ``stream`` (after one
-        call outside the capture, as the bench does)."""
+        call outside the capture, as the bench does). torch's current stream is the capture
+        stream for the whole of it (one switch, restored after: the rows' eager calls then find
+        it back on CuPy's default stream, and so does any torch work that follows)."""
         torch = self.torch
         ext = self.stream(int(stream.ptr))
-        call()
-        graph = torch.cuda.CUDAGraph()
-        with capture_guard(), torch.cuda.graph(graph, stream=ext, capture_error_mode="thread_local"):
-            for _ in range(k):
-                call()
+        with torch.cuda.stream(ext):
+            call()
+            graph = torch.cuda.CUDAGraph()
+            with capture_guard(), torch.cuda.graph(graph, stream=ext,
+                                                   capture_error_mode="thread_local"):
+                for _ in range(k):
+                    call()
+        self._followed = -1  # torch's current stream is back where it was: look again next call
         return TorchGraph(torch, graph, ext)
 
 
@@ -167,5 +202,8 @@ class TorchGraph:
         self.torch, self.graph, self.stream = torch, graph, stream
 
     def launch(self, _stream: Any = None) -> None:
+        # replay() launches on torch's current stream (CuPy's launch takes the stream): one
+        # switch per replay of the graph's k calls, restored after, so that torch's current
+        # stream is not left on the capture stream once the bench's graph phase is over.
         with self.torch.cuda.stream(self.stream):
             self.graph.replay()
