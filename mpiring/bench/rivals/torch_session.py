@@ -79,7 +79,10 @@ class TorchSession:
         self.device = torch.device("cuda", cupy.cuda.Device().id)
         self._streams: dict[int, Any] = {}
         # The CUDA stream (pointer) torch's current stream was last found or put on by a call of
-        # on_current, -1 before the first call (see on_current).
+        # on_current, -1 before the first call (see on_current). It is not told when a context
+        # that made both libraries' streams current ends (the overlap timeline's): the next call
+        # on another CuPy stream looks again, but a call on that same stream with CuPy's switched
+        # alone would not; the bench has no such phase (the capture forgets it, below).
         self._followed = -1
         timeout = timedelta(seconds=ctx.timeout)
         hosts = world.allgather(socket.gethostname())
