@@ -42,6 +42,23 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
     assert lay.ll_limit == lay.ll_row_bytes // 2
 
 
+@given(st.integers(1, MAX_RANKS), st.integers(1, 64))
+def test_oneshot_ll_rows_split_the_slot_among_the_nodes_ranks(ranks: int, slot_kb64: int) -> None:
+    """Every source rank's row fits the slot, rows of whole 16-byte lines, as large as the
+    slot allows for that many ranks (fewer ranks: larger messages)."""
+    lay = StagingLayout(KB64, KB64, KB64, 4, ll_bytes=slot_kb64 * KB64, ranks=ranks)
+    row = lay.ll_row_bytes
+    assert ranks * row <= lay.ll_bytes < ranks * (row + lay.LL_LINE) + ranks * lay.LL_LINE
+    assert row % lay.LL_LINE == 0 and lay.ll_limit == row // 2
+    assert lay.ll_limit >= StagingLayout(KB64, KB64, KB64, 4, ll_bytes=slot_kb64 * KB64).ll_limit
+
+
+@pytest.mark.parametrize("ranks", [0, MAX_RANKS + 1])
+def test_the_layout_refuses_a_rank_count_it_has_no_rows_for(ranks: int) -> None:
+    with pytest.raises(ValueError, match="ranks must be from 1 to"):
+        StagingLayout(KB64, KB64, KB64, 4, ranks=ranks)
+
+
 @pytest.mark.parametrize("field", ["slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks", "ll_bytes"])
 def test_sizes_must_be_positive(field: str) -> None:
     args = dict(slot_bytes=KB64, oneshot_bytes=KB64, twoshot_bytes=KB64, blocks=4)
@@ -59,7 +76,10 @@ def test_default_layout_size_is_what_the_readme_states() -> None:
     from mpiring.cuda.layout import staging_layout
 
     assert staging_layout(None).alloc_bytes == 332 << 20
-    assert staging_layout(None).ll_limit == 64 << 10  # the oneshot-ll limit the README states
+    # the oneshot-ll limits the docs state: 64 KiB on 8 ranks, 128 KiB on 4, 256 KiB on 2
+    assert staging_layout(None).ll_limit == 64 << 10
+    assert [staging_layout(None, ranks=n).ll_limit for n in (8, 4, 2)] == [64 << 10, 128 << 10, 256 << 10]
+    assert staging_layout(None, ranks=3).alloc_bytes == staging_layout(None).alloc_bytes
     assert staging_layout(1).slot_bytes == KB64  # rounded up to the region alignment
 
 

@@ -6,7 +6,7 @@ push only.
 * oneshot-ll: one-shot without the barrier: every 16-byte line carries 8 bytes of data and
   the call's flag, so each line is reduced as soon as every rank's copy of it arrived; the
   call's descriptor travels along and a mismatch is found by the kernel (the smallest
-  messages, up to 64 KiB);
+  messages: up to 64 KiB on 8 ranks, 128 KiB on 4, 256 KiB on 2);
 * two-shot: reduce-scatter by pushing shards to their owners, barrier, all-gather by pushing
   the reduced shards, barrier (medium messages: bandwidth).
 
@@ -97,7 +97,7 @@ ONESHOT_LL = Algorithm(
     "oneshot-ll", CODE_ONESHOT_LL, GPU, _launch("oneshot_ll"),
     summary="one kernel, no barrier: every rank stores its input into all peers' slots as 16-byte "
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
-    best_for="the smallest messages (latency), up to 64 KiB",
+    best_for="the smallest messages (latency), up to 64 KiB on 8 ranks, 128 KiB on 4, 256 KiB on 2",
     graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
     bind=_bind("oneshot_ll"), rank_ordered=True,
 )

@@ -15,7 +15,7 @@ from ..core import settings
 from ..core.buffers import Buffer, Memory
 from ..core.descriptor import Descriptor
 from ..core.errors import MpiringError, SetupError
-from ..cuda.layout import staging_layout
+from ..cuda.layout import MAX_RANKS, staging_layout
 from ..cuda.status import ABORT_HINT
 from ..node.control import ControlBoard
 from ..node.timeouts import TimeoutPolicy
@@ -80,7 +80,9 @@ class GpuBackend(Backend):
         self.node: MPI.Intracomm = groups.node
         self.rank, self.size = self.comm.rank, self.comm.size
         self.timeouts = timeouts
-        self.layout: StagingLayout = staging_layout(slot_bytes, sm_budget)
+        # oneshot-ll's slots split among the node's ranks (IpcStaging refuses more than
+        # MAX_RANKS with its own message, so the layout is not the one to refuse them).
+        self.layout: StagingLayout = staging_layout(slot_bytes, sm_budget, min(self.node.size, MAX_RANKS))
         self.slot_bytes: int = self.layout.slot_bytes
         self.device_id, self.shares_gpu, self.node_buses = bind_device(
             self.node, groups.shared.rank, device, timeouts.seconds)

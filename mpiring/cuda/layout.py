@@ -49,7 +49,8 @@ class StagingLayout:
     oneshot_bytes: int  # one of the two one-shot slots: the largest one-shot message
     twoshot_bytes: int  # each of the two two-shot halves: the two-shot chunk
     blocks: int  # thread blocks of the direct kernels (fixed, so flags line up across ranks)
-    ll_bytes: int = 1 << 20  # each of the two oneshot-ll slots: a row of ll_bytes / MAX_RANKS per source
+    ll_bytes: int = 1 << 20  # each of the two oneshot-ll slots: a row of ll_bytes / ranks per source
+    ranks: int = MAX_RANKS  # the ranks of the node that share the staging (rows of a oneshot-ll slot)
 
     def __post_init__(self) -> None:
         for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "blocks", "ll_bytes"):
@@ -58,6 +59,8 @@ class StagingLayout:
         for name in ("slot_bytes", "oneshot_bytes", "twoshot_bytes", "ll_bytes"):
             if getattr(self, name) % REGION_ALIGN:
                 raise ValueError(f"{name} must be a multiple of {REGION_ALIGN}")
+        if not 1 <= self.ranks <= MAX_RANKS:
+            raise ValueError(f"ranks must be from 1 to {MAX_RANKS}, got {self.ranks}")
 
     # -- control words -------------------------------------------------------------------
     RING_FULL = 0
@@ -135,8 +138,9 @@ class StagingLayout:
 
     @property
     def ll_row_bytes(self) -> int:
-        """One source rank's row of a oneshot-ll slot (lines of 16 bytes)."""
-        return self.ll_bytes // MAX_RANKS // self.LL_LINE * self.LL_LINE
+        """One source rank's row of a oneshot-ll slot (lines of 16 bytes): the slot split among
+        the node's ranks, so fewer ranks take larger messages (64 KiB on 8, 128 KiB on 4)."""
+        return self.ll_bytes // self.ranks // self.LL_LINE * self.LL_LINE
 
     @property
     def ll_limit(self) -> int:
@@ -163,13 +167,14 @@ TWOSHOT_BYTES = 32 << 20  # the two-shot chunk (two staging halves of it per ran
 DIRECT_BLOCKS = settings.integer("MPIRING_DIRECT_BLOCKS") or 128  # parsed, at least 1 (settings.TABLE)
 
 
-def staging_layout(slot_bytes: int | None, sm_budget: int | None = None) -> StagingLayout:
+def staging_layout(slot_bytes: int | None, sm_budget: int | None = None,
+                   ranks: int = MAX_RANKS) -> StagingLayout:
     """The staging of one communicator, from the ring slot size asked for (64 KiB multiples);
     the direct kernels' grid is ``DIRECT_BLOCKS``, at most ``sm_budget`` blocks (which every rank
-    shares: set-up checks)."""
+    shares: set-up checks); ``ranks``: the ranks of the node, which share each oneshot-ll slot."""
     slot = DEFAULT_SLOT_BYTES if slot_bytes is None else int(slot_bytes)
     if slot <= 0:
         raise InvalidArgumentError(f"slot_bytes must be positive, got {slot_bytes}")
     slot = -(-slot // (64 << 10)) * (64 << 10)
     blocks = DIRECT_BLOCKS if sm_budget is None else min(DIRECT_BLOCKS, sm_budget)
-    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, blocks)
+    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, blocks, ranks=ranks)

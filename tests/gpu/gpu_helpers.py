@@ -17,8 +17,10 @@ NCCL_ROWS = ("nccl", "nccl-ring")
 
 
 # The largest message, in bytes, of the rows that refuse larger ones: one-shot's slot is
-# 4 MiB / ranks (kept to 1 MiB), oneshot-ll's rows 64 KiB.
-LIMITS = {"oneshot": min(1 << 20, (4 << 20) // WORLD.size // 16 * 16), "oneshot-ll": 64 << 10}
+# 4 MiB / ranks (kept to 1 MiB); oneshot-ll's 1 MiB slot has a row of whole 16-byte lines per
+# rank, each line 8 bytes of payload (64 KiB on 8 ranks, 128 KiB on 4, 256 KiB on 2).
+LIMITS = {"oneshot": min(1 << 20, (4 << 20) // WORLD.size // 16 * 16),
+          "oneshot-ll": (1 << 20) // WORLD.size // 16 * 8}
 
 
 def fit(algo: str, count: int, dtype) -> int:

@@ -42,12 +42,12 @@ except ImportError:  # bfloat16 cases need torch (CuPy has no bfloat16)
 DTYPES = ["float32", "float16", "int32"] + (["bfloat16"] if torch is not None else [])
 OPS = [mpiring.Op.SUM, mpiring.Op.SUM, mpiring.Op.SUM, mpiring.Op.MAX, mpiring.Op.MIN, mpiring.Op.PROD]
 PLACEMENTS = ["out", "in", "same", "views"]
-# Bytes per size class, each drawn log-uniformly: tiny, below oneshot-ll's rows, inside one
-# one-shot slot, around two-shot's chunk, and past two ring slots.
-CLASSES = [(2, 256), (256, 64 << 10), (64 << 10, ONESHOT_BYTES), (ONESHOT_BYTES, 4 * TWOSHOT_BYTES),
+# Bytes per size class, each drawn log-uniformly: tiny, up to oneshot-ll's largest rows (256 KiB,
+# on 2 ranks), inside one one-shot slot, around two-shot's chunk, and past two ring slots.
+CLASSES = [(2, 256), (256, 256 << 10), (256 << 10, ONESHOT_BYTES), (ONESHOT_BYTES, 4 * TWOSHOT_BYTES),
            (4 * TWOSHOT_BYTES, 2 * DEFAULT_SLOT_BYTES + 3 * TWOSHOT_BYTES)]
 # The largest message of the rows that refuse larger ones (one-shot's slot row, oneshot-ll's rows).
-LIMITS = {"oneshot": ONESHOT_BYTES // SIZE // 16 * 16, "oneshot-ll": 64 << 10}
+LIMITS = {"oneshot": ONESHOT_BYTES // SIZE // 16 * 16, "oneshot-ll": (1 << 20) // SIZE // 16 * 8}
 
 
 @pytest.fixture(scope="module")

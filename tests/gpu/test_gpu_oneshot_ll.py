@@ -15,13 +15,13 @@ import random
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, gpu_nap, mismatches, poison, rank_input, reference, span_for
+from gpu_helpers import LIMITS, WORLD, agree, gpu_nap, mismatches, poison, rank_input, reference, span_for
 from mpi4py import MPI
 
 import mpiring
 
 RANK, SIZE = WORLD.rank, WORLD.size
-LIMIT = 64 << 10
+LIMIT = LIMITS["oneshot-ll"]  # 1 MiB slots split among the ranks: 64 KiB on 8, 128 KiB on 4
 pytestmark = pytest.mark.mpi(min_size=2)
 
 
