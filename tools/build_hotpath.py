@@ -30,38 +30,44 @@ def target() -> Path:
     return SOURCE.with_name("_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
-def command(compiler: str | None = None) -> list[str]:
-    """The compiler command line that builds :func:`target`."""
+def command(compiler: str | None = None, output: Path | None = None) -> list[str]:
+    """The compiler command line that builds the extension into ``output`` (default :func:`target`)."""
     cc = shlex.split(compiler or os.environ.get("CC") or "gcc")
     include = sysconfig.get_paths()["include"]
-    return [*cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(target())]
+    return [*cc, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(output or target())]
 
 
-def build(compiler: str | None = None) -> Path:
-    """Compile the extension; raises :class:`RuntimeError` with the compiler's output if it fails."""
+def build(compiler: str | None = None, output: Path | None = None) -> Path:
+    """Compile the extension into ``output`` (default :func:`target`); raises
+    :class:`RuntimeError` with the compiler's output if it fails."""
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").is_file():
         raise RuntimeError(f"no Python.h in {include}: install this Python's headers (python3-dev), "
                            "or run without the compiled replay (it is optional)")
-    cmd = command(compiler)
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd = command(compiler, output)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError as err:
+        raise RuntimeError(f"no C compiler {cmd[0]!r} ({err.strerror}): set CC, or run without the "
+                           "compiled replay (it is optional)") from None
     if done.returncode != 0:
         raise RuntimeError(f"building the compiled replay failed:\n$ {shlex.join(cmd)}\n"
                            f"{done.stdout}{done.stderr}")
-    return target()
+    return output or target()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.build_hotpath",
                                      description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--check", action="store_true", help="import the built module afterwards")
+    parser.add_argument("--output", type=Path, help="build this file instead (default: beside the source)")
     args = parser.parse_args(argv)
     try:
-        built = build()
+        built = build(output=args.output)
     except RuntimeError as err:
         print(err, file=sys.stderr)
         return 1
-    print(f"built {built.relative_to(ROOT)}")
+    print(f"built {built}")
     if args.check:
         sys.path.insert(0, str(ROOT))
         from mpiring.call import hot_replay
