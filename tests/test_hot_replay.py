@@ -294,3 +294,11 @@ def test_the_driver_address_comes_from_libcuda_or_says_why_not() -> None:
         assert "libcuda.so.1" in str(err)
     else:
         assert address == ctypes.cast(ctypes.CDLL("libcuda.so.1").cuLaunchKernel, ctypes.c_void_p).value
+
+
+@needs_extension
+def test_an_object_never_initialised_refuses_to_run() -> None:
+    from mpiring.call import _hotpath  # type: ignore[attr-defined]
+
+    with pytest.raises(RuntimeError, match="did not complete"):
+        _hotpath.HotReplay.__new__(_hotpath.HotReplay).run()

@@ -47,6 +47,7 @@ typedef int (*launch_kernel_t)(void *function, unsigned grid_x, unsigned grid_y,
 
 typedef struct {
     PyObject_HEAD
+    int initialised;               /* __init__ completed: run() may read the words below */
     /* 1. health: words read at every call (nonzero: fall back) */
     const int64_t *refusing;       /* the communicator failed or closed */
     const int64_t *gpu_state;      /* status block STATE (kernels write it over PCIe); NULL: none */
@@ -147,6 +148,7 @@ static int HotReplay_init(HotReplay *self, PyObject *args, PyObject *kwargs) {
                                      &block, &params, &replayed, &skipped, &keep))
         return -1;
     int ok = -1;
+    self->initialised = 0;
     self->refusing = (const int64_t *)(uintptr_t)refusing;
     self->gpu_state = (const int64_t *)(uintptr_t)gpu_state;
     self->watchdog_failed = (const int64_t *)(uintptr_t)watchdog_failed;
@@ -218,6 +220,7 @@ static int HotReplay_init(HotReplay *self, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(self->current_stream, Py_NewRef(current_stream));
     Py_XSETREF(self->stream_order, Py_NewRef(stream_order));
     Py_XSETREF(self->keep, Py_NewRef(keep));
+    self->initialised = 1;
     ok = 0;
 done:
     PyBuffer_Release(&line);
@@ -291,6 +294,10 @@ static int ready(HotReplay *self, void **stream) {
 }
 
 static PyObject *HotReplay_run(HotReplay *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->initialised) {
+        PyErr_SetString(PyExc_RuntimeError, "HotReplay.run() of an object whose __init__ did not complete");
+        return NULL;
+    }
     void *stream = NULL;
     if (ready(self, &stream) <= 0)
         return PyLong_FromLong(FALLBACK);
