@@ -148,7 +148,7 @@ class AgreementCheck:
         """Announce this rank's call (its :meth:`line`), whose kernels check it on the GPU,
         without waiting for the others (only, bounded, for a rank ``D - 1`` calls behind: see
         the module docstring)."""
-        self.calls += 1
+        self._progress[CALLS_ENTERED] += 1  # (the words themselves, not the property: a hot path)
         self._store(line, None)
 
     def _write(self, code: int, values: dict[str, int], algorithm: str | None) -> list[int]:
@@ -160,10 +160,11 @@ class AgreementCheck:
     def _store(self, line: np.ndarray | list[int], algorithm: str | None) -> None:
         """Write ``line`` into this rank's board line of check ``self.calls``, then post the
         count (which fences first)."""
-        board, k = self.board, self.calls
+        board, progress = self.board, self._progress
+        k = progress[CALLS_ENTERED]
         assert board is not None and self._lines is not None
         last_use = k - len(AGREE) + 1  # every rank must have posted this: then line k % D is free
-        if self._progress[ALL_POSTED] < last_use:
+        if progress[ALL_POSTED] < last_use:
             self._wait_all(last_use, algorithm)
         self._lines[k % len(AGREE)][board.rank][:] = line
         board.post(board.rank, CALLS, k)
