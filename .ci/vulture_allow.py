@@ -26,6 +26,9 @@ AllToAllPlan  # ring.alltoall_schedule: the all-to-all two-shot's plan, run on a
 staging_elements  # AllToAllPlan.staging_elements: staging one rank holds (the row's memory bound)
 elements  # alltoall_schedule.Copy/Fold.elements: how many elements an operation moves (the model reads it)
 
+# -- tools.replay_bench's stand-ins, which tests/test_hot_replay.py also drives -----------------
+set_watchdog_error  # FakeGpu.set_watchdog_error: a watchdog that found a stuck ring call
+
 # -- the benchmark -------------------------------------------------------------------------------
 NcclDirect, MpiDirect, NcclSymm, NcclLib, TorchAllReduce, TorchSymm  # rivals: made by name (rivals' registry)
 pending  # bench.command.SignalGuard.pending: the first signal's name (what an interrupted run reports)

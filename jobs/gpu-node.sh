@@ -7,6 +7,9 @@
 set -euo pipefail
 source "$(dirname "$0")/node-env.sh"
 
+echo "== the compiled replay (mpiring/call/_hotpath.c; without it replays run in Python)"
+"$PY" -m tools.build_hotpath --check || echo "(not built: the replays run in Python)"
+
 echo "== set-up errors, faults (hidden GPUs, shared GPUs, killed/stopped/skipping ranks) and the 2x2 hier job: serial, each starts its own ranks"
 timeout -k 10 "$TIMEOUT" "$PY" -m pytest -q tests/gpu/test_gpu_setup.py tests/gpu/test_gpu_faults.py \
   tests/gpu/test_gpu_hier_jobs.py

@@ -27,7 +27,8 @@ from .algorithms import Collective
 from .auto import tuning as auto_tuning
 from .auto.table import TuningTable
 from .call.agreement import FIELDS
-from .call.dispatch import Dispatcher, Key, Replay
+from .call.dispatch import Dispatcher, Key
+from .call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer
 from .call.options import Options, check_comm, empty_like
 from .call.replay import CallKeys, replay_for
 from .context.rails import INTERS
@@ -51,7 +52,6 @@ from .node.signals import Watch
 from .ring.pipeline import RingPipeline
 
 log = logging.getLogger(__name__)
-_CURRENT = contextlib.nullcontext()  # a CuPy call runs on CuPy's current stream: nothing to switch
 
 
 class CallStats(NamedTuple):
@@ -138,7 +138,11 @@ class Communicator:
                  overlap: bool = False, reproducible: bool | None = None, replay: bool = True) -> None:
         self._closed = True  # until set-up completes
         self._failed: str | None = None
-        self._planned = self._replayed = 0  # calls of the full path, of a replay (stats())
+        self._planned = 0  # calls of the full path (stats()); replayed calls: self._words.replayed
+        # Words every replay reads (refusing: failed or closed, kept with _failed and _closed) or
+        # counts (replayed): the compiled replays hold their addresses (mpiring.call.hot_replay).
+        self._words = CallWords()
+        self._hot: HotPath | None = None  # the compiled replay's maker, once set up (if it can)
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
         self._lock = threading.Lock()
@@ -173,6 +177,9 @@ class Communicator:
                 self._dispatch = Dispatcher(self.algorithm, self.batches, opts.forced,
                                             self._tuning.table, groups.topology, host, self._held.gpu,
                                             opts.overlap, opts.reproducible)
+                hooks = None if self._held.gpu is None else self._held.gpu.replay_hooks()
+                self._hot = HotPath.make(self._words, hooks, self._held.board, self._held.check)
+                self._replayer = Replayer(self._words, self._usable, self._fail, self._held.check)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -183,7 +190,9 @@ class Communicator:
                 raise rejected from None
             raise
         self._closed = False
-        log.debug("rank %d: communicator of %d ranks, gpu=%s", self.rank, self.size, self.gpu)
+        self._words.accept()
+        log.debug("rank %d: communicator of %d ranks, gpu=%s, compiled replay %s", self.rank, self.size,
+                  self.gpu, "on" if self._hot is not None else "off")
 
     @property
     def timeout(self) -> float:
@@ -213,6 +222,7 @@ class Communicator:
         """Refuse further use, and tell the peers (the control board; other nodes: a notice) so
         they stop at once too."""
         self._failed = f"{type(err).__name__}: {err}"
+        self._words.refuse()
         if self._held.board is not None and not self._closed:
             self._held.board.mark_failed(self._failed, cause=err)
 
@@ -282,6 +292,13 @@ class Communicator:
             self._lock.release()
 
     @property
+    def compiled_replay(self) -> bool:
+        """Whether this communicator's replays run compiled (:mod:`mpiring.call.hot_replay`: the
+        extension is built, ``MPIRING_HOTPATH`` is not 0, GPUs on one node); else in Python.
+        The same results, counts and errors either way."""
+        return self._hot is not None
+
+    @property
     def replays_kept(self) -> int:
         """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.call.replay`):
         0 on host arrays and with ``replay=False``."""
@@ -300,7 +317,7 @@ class Communicator:
         agreement-checked. Cheap (no collective, no lock: the calls keep these counters
         anyway); also on a closed communicator."""
         agreement = self._held.check.agreement
-        return CallStats(self._planned, self._replayed, agreement.calls, agreement.posts)
+        return CallStats(self._planned, self._words.replayed[0], agreement.calls, agreement.posts)
 
     @property
     def last_stream(self) -> Any:
@@ -365,29 +382,19 @@ class Communicator:
             # A torch tensor: order the call on torch's current stream (mpiring.cuda.streams).
             stream = (torch_stream(recvbuf) if self._held.gpu is not None
                       and type(recvbuf) is not keys.array_type else None)
-            with stream if stream is not None else _CURRENT:
-                if replay is not None and self._replay(replay):  # a shape seen before (mpiring.call.replay)
+            if stream is not None:
+                with stream:
+                    if replay is None or not self._replayer.replay(replay):
+                        self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
+                return
+            if replay is not None:  # a shape seen before (mpiring.call.replay)
+                # Replayer.replay, inlined: the compiled replay, with no Python call on its way
+                outcome = replay.hot.run() if replay.hot is not None else FALLBACK
+                if outcome == REPLAYED or self._replayer.finish(replay, outcome):
                     return
-                self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
+            self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
         finally:
             self._lock.release()
-
-    def _replay(self, replay: Replay) -> bool:
-        """What :meth:`_run` would do for this call's shape, without deciding anything afresh.
-        False (nothing done): the full path must run it (a capture began; closed or failed)."""
-        if self._failed or self._closed or (replay.capturing is not None and replay.capturing()):
-            return False
-        self._usable()
-        if replay.line is not None:  # the check's post (one node, the row checks on the GPU)
-            self._held.check.post(replay.line)
-        try:
-            replay.enqueue()
-        except BaseException as err:  # as in _run: peers' sequence numbers no longer match
-            self._fail(err)
-            raise
-        self._replayed += 1
-        self._held.check.after()
-        return True
 
     def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
              algorithm: str | None, batches: int | None, key: Key | None = None) -> None:
@@ -417,7 +424,7 @@ class Communicator:
         plan = prepared.plan
         if key is not None and plan is not None and plan.replay is None:  # later calls may replay it
             host_checked = checked and not self._held.check.posts(gpu_check)
-            plan.replay = replay_for(collective, prepared, checked, host_checked)  # mpiring.call.replay
+            plan.replay = replay_for(collective, prepared, checked, host_checked, self._hot)  # call.replay
         self._held.check.after()  # after this call is enqueued: what the GPU check found earlier
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
@@ -510,6 +517,7 @@ class Communicator:
             raise self._busy("close()")
         try:
             self._closed = True
+            self._words.refuse()
             self._dispatch.clear()  # the plans' replays name staging that is about to go
             self._held.release(self.groups, self._failed is not None)  # mpiring.lifetime
         finally:
@@ -526,6 +534,7 @@ class Communicator:
                       ResourceWarning, stacklevel=2)
         if self._failed is not None:
             self._closed = True
+            self._words.refuse()
             with contextlib.suppress(Exception):
                 self._dispatch.clear()
                 self._held.release(self.groups, True)

@@ -8,6 +8,8 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
     python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
+    python -m tools.build_hotpath       # compile the eager replay's C extension into mpiring/call
+    python -m tools.replay_bench [...]  # ns per replayed call, compiled and Python, no GPU
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
 ``enqueue``, ``starve`` and ``ce_patterns`` launch.) They use mpiring's public modules and the

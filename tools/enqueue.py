@@ -10,7 +10,8 @@ What the calling thread spends to issue one ``comm.Allreduce`` (GPU calls return
 enqueued; the GPU is not waited for inside a round), with the agreement check as by default
 (``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
 host for every call (``host``, shown for the rows that would check on the GPU) and off (and,
-for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.call.replay``),
+for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.call.replay``;
+where replays run compiled, ``mpiring.call.hot_replay``, also the same replays in Python),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
 for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
 cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import sys
@@ -149,6 +151,9 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
     comms = {check: Communicator(world, gpu=gpu, check=check) for check in ("gpu", "host", False)}
     # The full path, for comparison: a communicator that never replays (mpiring.call.replay).
     full = Communicator(world, gpu=gpu, check=False, replay=False)
+    # Where replays run compiled (mpiring.call.hot_replay), the same replays in Python beside them.
+    python_replays = {check: _python_replays(world, gpu, check) for check in ("gpu", False)
+                      if comms["gpu"].compiled_replay}
     try:
         if gpu:
             import cupy
@@ -189,6 +194,12 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 labels.append(f"{name} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
                 gated.append(row.graph_capturable)
+                if check in python_replays and row.bind is not None:
+                    python_comm = python_replays[check]
+                    python_comm.Allreduce(x, out, algorithm=name)
+                    labels.append(f"{name} (check {check or 'off'}, Python replay)" + note)
+                    cases.append(_call(python_comm, name, x, out))
+                    gated.append(row.graph_capturable)
                 if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
                     labels.append(f"{name} (check off, full path)")
@@ -205,7 +216,8 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             how = ", gated" if gate is not None else (", not gated" if gpu else "")
             print(f"# host time per eager call: {format_size(count * 4)} float32 sum, {world.size} "
                   f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
-                  f"of {args.calls} calls (range)" + ("; then each rank's median" if world.size > 1 else ""))
+                  f"of {args.calls} calls (range)" + ("; then each rank's median" if world.size > 1 else "")
+                  + f"; replays {'compiled' if comms['gpu'].compiled_replay else 'in Python'}")
             for i, (label, t) in enumerate(zip(labels, times, strict=True)):
                 ranks = "  ranks " + " ".join(f"{m[i]:.1f}" for m in medians) if world.size > 1 else ""
                 print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f}){ranks}")
@@ -213,9 +225,22 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             profiled = comms[PROFILE_CHECKS[args.profile_check]]
             profile(profiled, args.profile, x, out, args.calls, sync, world, args.profile_check)
     finally:
-        for comm in (*comms.values(), full):
+        for comm in (*comms.values(), full, *python_replays.values()):
             comm.close()
     return 0
+
+
+def _python_replays(world: MPI.Intracomm, gpu: bool, check: str | bool) -> Communicator:
+    """A communicator whose replays run in Python (``MPIRING_HOTPATH=0`` while it is made)."""
+    before = os.environ.get("MPIRING_HOTPATH")
+    os.environ["MPIRING_HOTPATH"] = "0"
+    try:
+        return Communicator(world, gpu=gpu, check=check)
+    finally:
+        if before is None:
+            del os.environ["MPIRING_HOTPATH"]
+        else:
+            os.environ["MPIRING_HOTPATH"] = before
 
 
 def _add_torch_cases(world: MPI.Intracomm, comm: Communicator, names: Sequence[str], x, out,

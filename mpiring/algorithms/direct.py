@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ..cuda.contract import CODE_ONESHOT_LL  # the kernels know this row by its code
+from ..cuda.launcher import StreamLaunch
 from .base import GPU, Algorithm, Call
 
 if TYPE_CHECKING:
@@ -58,11 +59,7 @@ def _bind(kind: str) -> Callable[[Backend, Call], Callable[[], None]]:
         recv = call.recv
         launch = gpu.direct.bind(kind, call.source.address, recv.address, recv.count, recv.dtype,
                                  call.op, call.desc)
-        ordered = gpu.ordered_stream
-
-        def enqueue() -> None:
-            launch(ordered().ptr)
-        return enqueue
+        return StreamLaunch(launch, gpu.ordered_stream)  # which the compiled replay recognizes
     return bind
 
 

@@ -34,7 +34,9 @@ never start another collective (it would match the stale one): the caller marks 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -46,9 +48,21 @@ from ..core.errors import MpiringTimeoutError, PeerArgumentError, RankMismatchEr
 from ..core.fields import FIELD_NAMES, FIELDS, SAME
 from ..node.signals import AGREE, AGREE_LINES, CALLS, COUNTER_STRIDE, SharedBoard, Waiter
 
+CALLS_ENTERED, ALL_POSTED = 0, 1  # AgreementCheck's progress words (PostWords.progress)
 CHECK_HINT = ("every rank must call each collective the same number of times, in the same order, with the "
               "agreement check on (raise MPIRING_TIMEOUT if some rank is just slow to get there); this "
               "communicator now refuses further use")
+
+
+class PostWords(NamedTuple):
+    """Where :meth:`AgreementCheck.post` reads and writes, as addresses of int64 words (valid
+    while the board is open): for the compiled replay (mpiring.call.hot_replay), which posts as
+    :meth:`AgreementCheck.post` does, on the same words."""
+
+    progress: int  # [0]: checks this rank entered (``calls``); [1]: every rank posted at least this
+    lines: tuple[int, ...]  # this rank's descriptor line of check k: ``lines[k % len(lines)]``
+    count: int  # this rank's CALLS counter, posted after the line (a release store)
+    all_counts: tuple[int, ...]  # every board rank's CALLS counter, this rank's included
 
 
 class AgreementCheck:
@@ -79,7 +93,10 @@ class AgreementCheck:
                  notify: Callable[[Descriptor], None] | None = None) -> None:
         self.comm = comm
         self.gpu_codes, self.notify = gpu_codes, notify
-        self._all_posted = 0  # every rank's count was at least this, last we looked
+        # Two int64 words (an array, so that the compiled replay shares them: post_words()):
+        # [CALLS_ENTERED] the checks this rank entered (``calls``), [ALL_POSTED] every rank's
+        # count was at least this, last we looked.
+        self._progress = array("q", [0, 0])
         # How each field's wire code reads in an error ("float32", not "dtype 2").
         self.names: dict[str, Callable[[int], str]] = dict(FIELD_NAMES)
         if algorithm_name is not None:
@@ -89,7 +106,6 @@ class AgreementCheck:
         self.waiter = None if timeout is None else Waiter(timeout, comm.rank)
         self.board = board
         self.board_ranks = list(board_ranks) if board_ranks is not None else None
-        self.calls = 0  # checks entered by this rank: the sequence number of a call
         self.what = "allreduce"  # the collective of the call being checked, as messages name it
         self._send = np.zeros(1 + 2 * len(FIELDS), dtype=np.int64)
         self._recv = np.zeros_like(self._send)
@@ -99,6 +115,24 @@ class AgreementCheck:
         if use_board and board is not None and self.waiter is not None and board.size == comm.size:
             self._lines = [[_descriptor_line(board.lines[r], i) for r in range(board.size)] for i in AGREE]
             self._counts = list(board.counters)
+
+    @property
+    def calls(self) -> int:
+        """Checks entered by this rank: the sequence number of a call."""
+        return self._progress[CALLS_ENTERED]
+
+    @calls.setter
+    def calls(self, value: int) -> None:
+        self._progress[CALLS_ENTERED] = value
+
+    def post_words(self) -> PostWords:
+        """The words :meth:`post` reads and writes (:class:`PostWords`); only where it :attr:`posts`."""
+        board, lines = self.board, self._lines
+        assert board is not None and lines is not None, "post_words() of a check that does not post"
+        return PostWords(self._progress.buffer_info()[0],
+                         tuple(int(slot[board.rank].ctypes.data) for slot in lines),
+                         board.counter_address(board.rank, CALLS),
+                         tuple(board.counter_address(r, CALLS) for r in range(board.size)))
 
     @property
     def posts(self) -> bool:
@@ -114,7 +148,7 @@ class AgreementCheck:
         """Announce this rank's call (its :meth:`line`), whose kernels check it on the GPU,
         without waiting for the others (only, bounded, for a rank ``D - 1`` calls behind: see
         the module docstring)."""
-        self.calls += 1
+        self._progress[CALLS_ENTERED] += 1  # (the words themselves, not the property: a hot path)
         self._store(line, None)
 
     def _write(self, code: int, values: dict[str, int], algorithm: str | None) -> list[int]:
@@ -126,10 +160,11 @@ class AgreementCheck:
     def _store(self, line: np.ndarray | list[int], algorithm: str | None) -> None:
         """Write ``line`` into this rank's board line of check ``self.calls``, then post the
         count (which fences first)."""
-        board, k = self.board, self.calls
+        board, progress = self.board, self._progress
+        k = progress[CALLS_ENTERED]
         assert board is not None and self._lines is not None
         last_use = k - len(AGREE) + 1  # every rank must have posted this: then line k % D is free
-        if self._all_posted < last_use:
+        if progress[ALL_POSTED] < last_use:
             self._wait_all(last_use, algorithm)
         self._lines[k % len(AGREE)][board.rank][:] = line
         board.post(board.rank, CALLS, k)
@@ -149,7 +184,7 @@ class AgreementCheck:
             where += f" (algorithm {algorithm})" if algorithm else ""
             err.locate(where, algorithm=algorithm, step="agreement check", seq=self.calls)
             raise
-        self._all_posted = min(int(row[CALLS]) for row in counts)  # often ahead: later waits skip
+        self._progress[ALL_POSTED] = min(int(row[CALLS]) for row in counts)  # often ahead: later waits skip
 
     def run(self, rejected: bool, values: dict[str, int], algorithm: str | None = None) -> None:
         """Raise on every rank if any rank rejected its arguments or the ranks disagree.

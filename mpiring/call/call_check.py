@@ -88,6 +88,11 @@ class CallCheck:
         """This rank rejected a call before it could describe it: tell the peers (host check)."""
         self.host(True, dict.fromkeys(FIELDS, 0))
 
+    @property
+    def reports_skipped(self) -> bool:
+        """Whether :meth:`after` has anything to report: the kernels check calls on the GPU."""
+        return self._gpu is not None
+
     def after(self) -> None:
         """Raise what the GPU-side check reported since the last time: calls it skipped because
         the ranks disagreed (every rank skipped them; the communicator stays usable)."""

@@ -55,6 +55,8 @@ class Replay(NamedTuple):
     # Where a capture begun since could change the row: the backend's ``capturing`` (the full
     # path runs the call while it says True); None: a capture changes nothing.
     capturing: Callable[[], bool] | None
+    # The same replay compiled (mpiring.call.hot_replay.HotReplay), or None: the Python path.
+    hot: Any = None
 
 
 @dataclass(eq=False, slots=True)

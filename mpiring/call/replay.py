@@ -20,6 +20,10 @@ Reference semantics, as plain code (``Communicator._collective``)::
     # with a replay, the call does exactly what the full path would for the same arguments:
     usable(); post(replay.line) if replay.line is not None else None; replay.enqueue(); check.after()
 
+Compiled: where the extension is built, a replay of one bound launch also has a ``hot`` form
+that does all of the above in one C call, handing anything rare back to this Python
+(:mod:`mpiring.call.hot_replay`).
+
 CuPy arrays and CUDA torch tensors are keyed (their pointer, shape, strides and dtype are
 cheap to read); every other argument type takes the full path. A torch tensor's call, replayed
 or not, runs on torch's current stream (:mod:`mpiring.cuda.streams`), which the communicator
@@ -46,6 +50,7 @@ from .dispatch import Key, Replay
 if TYPE_CHECKING:
     from ..algorithms import Collective
     from .dispatch import Prepared
+    from .hot_replay import HotPath
 
 
 def _mpi_ops() -> dict[int, Op]:
@@ -140,13 +145,17 @@ class CallKeys:
 
 
 def replay_for(collective: Collective, prepared: Prepared, checked: bool,
-               host_checked: bool) -> Replay | None:
+               host_checked: bool, hot: HotPath | None = None) -> Replay | None:
     """After ``prepared`` ran on the full path: its replay, if it needs nothing but its launch
-    and, where ``checked``, the check's post (not ``host_checked``: a host wait); else None."""
+    and, where ``checked``, the check's post (not ``host_checked``: a host wait); else None.
+    With ``hot`` (the communicator's compiled path), the replay carries its compiled form where
+    it has one (:mod:`mpiring.call.hot_replay`)."""
     row = prepared.row
     if (host_checked or row.bind is None or prepared.run is not row.runner(collective)
             or prepared.call.recv.count == 0 or prepared.backend.capturing()):
         return None
     backend = prepared.backend
     line = AgreementCheck.line(prepared.values) if checked else None
-    return Replay(row.bind(backend, prepared.call), line, backend.capturing if prepared.ask_capture else None)
+    capturing = backend.capturing if prepared.ask_capture else None
+    replay = Replay(row.bind(backend, prepared.call), line, capturing)
+    return replay if hot is None else replay._replace(hot=hot.bind(replay))

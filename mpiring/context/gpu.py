@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -15,6 +15,7 @@ from ..core import settings
 from ..core.buffers import Buffer, Memory
 from ..core.descriptor import Descriptor
 from ..core.errors import MpiringError, SetupError
+from ..cuda.contract import MM_COUNT, STATE
 from ..cuda.layout import MAX_RANKS, staging_layout
 from ..cuda.status import ABORT_HINT
 from ..node.control import ControlBoard
@@ -38,6 +39,18 @@ if TYPE_CHECKING:
     from ..cuda.watchdog import HostStatus, Watchdog
     from ..node.groups import Groups
     from .nccl import NcclBaselines
+
+
+class ReplayHooks(NamedTuple):
+    """What the compiled replay (:mod:`mpiring.call.hot_replay`) reads of a GPU backend at every
+    call instead of asking it: addresses of int64 words, valid while the backend is open (the
+    communicator drops every replay before it closes the backend), and the stream order."""
+
+    gpu_state: int  # the status block's STATE word: nonzero once a kernel reported a failure
+    watchdog_failed: int  # nonzero once the watchdog recorded an error (failure() reads both)
+    skipped: int  # the status block's MM_COUNT: calls the GPU-side agreement check skipped
+    stream_order: list[Any]  # GpuBackend.stream_order: [latest call's stream, its handle]
+    current_stream: Callable[[], Any]  # CuPy's get_current_stream: the caller's stream
 
 
 class GpuBackend(Backend):
@@ -96,7 +109,9 @@ class GpuBackend(Backend):
         self._events_ring: tuple[EventStaging, CudaEventTransport, RingPipeline] | None = None
         self._nccl: NcclBaselines | None = None
         self._events: list[int] = []
-        self._last_stream: Any = None
+        # The stream the latest call was enqueued on and its handle, as ordered_stream() leaves
+        # them: a list, so that the compiled replay reads both with two loads (ReplayHooks).
+        self.stream_order: list[Any] = [None, 0]
         try:
             self.status = HostStatus()
             self.staging = IpcStaging(self.node, self.layout, timeouts.seconds)
@@ -139,18 +154,30 @@ class GpuBackend(Backend):
         """The caller's stream, made to wait for the previous call if that ran on another
         stream: mpiring's own calls share flags and staging, so they must never overlap."""
         stream = self.current_stream()
-        last = self._last_stream
-        if last is not None and last.ptr != stream.ptr:
-            self._rt.eventRecord(self._switch_event, last.ptr)
-            self._rt.streamWaitEvent(stream.ptr, self._switch_event, 0)
-        self._last_stream = stream  # holding it keeps the stream alive for the next switch
+        order = self.stream_order
+        last = order[0]
+        if last is not stream:
+            if last is not None and last.ptr != stream.ptr:
+                self._rt.eventRecord(self._switch_event, last.ptr)
+                self._rt.streamWaitEvent(stream.ptr, self._switch_event, 0)
+            # Holding it keeps the stream alive for the next switch (and its identity unique:
+            # the compiled replay compares the current stream with it by identity).
+            order[0], order[1] = stream, stream.ptr
         return stream
 
     @property
     def last_stream(self) -> Any:
         """The stream :meth:`ordered_stream` last handed out: where the latest call was
         enqueued (None before the first)."""
-        return self._last_stream
+        return self.stream_order[0]
+
+    def replay_hooks(self) -> ReplayHooks:
+        """What the compiled replay reads instead of calling :meth:`failure`, :meth:`skipped`
+        and :meth:`ordered_stream` (:class:`ReplayHooks`)."""
+        assert self.status is not None and self.watchdog is not None  # made by set-up
+        return ReplayHooks(self.status.ptr + 8 * STATE, self.watchdog.failed_address,
+                           self.status.ptr + 8 * MM_COUNT, self.stream_order,
+                           self._cupy.cuda.get_current_stream)
 
     def capturing(self) -> bool:
         return self.current_stream().is_capturing()
@@ -287,7 +314,7 @@ class GpuBackend(Backend):
         from ..cuda.watchdog import NOT_READY
 
         waiter = TimeoutPolicy(self.timeouts.drain_seconds).waiter(self.rank)
-        streams = {s.ptr for s in (self._last_stream, self.current_stream()) if s is not None}
+        streams = {s.ptr for s in (self.stream_order[0], self.current_stream()) if s is not None}
         for ptr in streams:
             self._rt.eventRecord(self._sync_event, ptr)
             waiter.until(lambda: self._rt.eventQuery(self._sync_event) != NOT_READY,
@@ -320,7 +347,7 @@ class GpuBackend(Backend):
             self._nccl.abort() if abandon else self._nccl.close()
         self._nccl = None
         self.close_states(abandon)  # the rows' own state (hier's rail engine), once drained
-        self._last_stream = None
+        self.stream_order[:] = [None, 0]
         if self.watchdog is not None:
             self.watchdog.close(drained)
             self.watchdog = None

@@ -127,6 +127,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("MPIRING_SM_BUDGET", "int", None,
             "the most SMs mpiring's own kernels hold at once per GPU (sm_budget=); equal on every rank",
             low=1, unset="no budget"),
+    Setting("MPIRING_HOTPATH", "bool", True,
+            "replay eager GPU calls of a shape seen before with the compiled replay "
+            "(mpiring/call/_hotpath.c, where it is built); 0: in Python, as without it (read when a "
+            "communicator is made)"),
     Setting("MPIRING_DIRECT_BLOCKS", "int", 128,
             "thread blocks of the one-shot/two-shot kernels (read at import); equal on every rank", low=1),
     Setting("MPIRING_LL_BLOCK_LINES", "int", 128,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -89,12 +90,29 @@ class BoundLaunch:
         self._driver_launch = driver_launch if driver_launch is not None else _default_driver_launch()
         self._buffer = _Params(params)
         self._buffer.format.pack_into(self._buffer.view, 0, *args)
-        self._params = self._buffer.address
+        # kernelParams: the address of the array of pointers to the packed values (valid as long
+        # as this object lives; the compiled replay, mpiring.call.hot_replay, passes it on).
+        self.params = self._buffer.address
         self.function, self.blocks, self.threads, self.args = function, blocks, threads, args
 
     def __call__(self, stream: int) -> None:
         """Enqueue the kernel on ``stream`` (a handle)."""
-        self._driver_launch(self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, stream, self._params, 0)
+        self._driver_launch(self.function, self.blocks, 1, 1, self.threads, 1, 1, 0, stream, self.params, 0)
+
+
+class StreamLaunch:
+    """A :class:`BoundLaunch` enqueued on the caller's stream as ``ordered_stream()`` hands it
+    out (a GPU backend's: made to wait for the previous call if that ran on another stream):
+    what a one-launch row's ``bind`` returns. The compiled replay (mpiring.call.hot_replay)
+    recognizes it and launches :attr:`launch` itself; calling it is the Python path."""
+
+    __slots__ = ("launch", "ordered_stream")
+
+    def __init__(self, launch: BoundLaunch, ordered_stream: Callable[[], Any]) -> None:
+        self.launch, self.ordered_stream = launch, ordered_stream
+
+    def __call__(self) -> None:
+        self.launch(self.ordered_stream().ptr)
 
 
 _FUNCTIONS: dict[int, object] = {}  # handle -> CuPy Function: keeps its module loaded

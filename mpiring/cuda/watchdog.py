@@ -26,6 +26,7 @@ import ctypes
 import logging
 import threading
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -126,7 +127,10 @@ class Watchdog:
         # The communicator rank of each place, for errors (the staging spans one node).
         self.names = list(names) if names is not None else list(range(staging.size))
         self.me = self.names[self.rank]
-        self.error: MpiringError | None = None  # set once, by the watchdog thread
+        # The error, set once by the watchdog thread (the ``error`` property); the word is 1 from
+        # then on: what the compiled replay reads (mpiring.call.hot_replay; ``failed_address``).
+        self._error: MpiringError | None = None
+        self._failed_word = array("q", [0])
         self._rescue = cupy.cuda.Stream(non_blocking=True)  # never blocked by the ring's streams
         LIVE["streams"] += 1
         # A copy of control words [0, 512), in pinned memory: the copy into it is asynchronous,
@@ -209,6 +213,22 @@ class Watchdog:
             LIVE["events"] -= 2
         self._rescue = None
         LIVE["streams"] -= 1
+
+    @property
+    def error(self) -> MpiringError | None:
+        """The failure this watchdog found (a ring call past the timeout), or None."""
+        return self._error
+
+    @error.setter
+    def error(self, err: MpiringError | None) -> None:
+        self._error = err
+        self._failed_word[0] = int(err is not None)  # after the error: a reader of 1 finds it
+
+    @property
+    def failed_address(self) -> int:
+        """The address of an int64 word that is nonzero once :attr:`error` is set (valid as long
+        as this watchdog lives)."""
+        return self._failed_word.buffer_info()[0]
 
     # -- the thread ----------------------------------------------------------------------
 

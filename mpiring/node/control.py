@@ -65,6 +65,15 @@ class ControlBoard:
             found += self.notice.poll()
         return found
 
+    def failure_words(self) -> list[int] | None:
+        """The addresses of the other ranks' failure marks on this board (int64 words, nonzero
+        once marked; valid until :meth:`close`): what :meth:`failures` reads, for the compiled
+        replay (mpiring.call.hot_replay). None when failures also arrive as notices from other
+        nodes, which only :meth:`failures` polls."""
+        if self.notice is not None:
+            return None
+        return [self.shared.counter_address(r, FAILED) for r in range(self.size) if r != self.rank]
+
     def failed_peers(self) -> list[int]:
         """The other ranks of this node that marked the communicator failed (communicator ranks)."""
         rows = self.shared.counters

@@ -108,6 +108,13 @@ class SharedBoard:
     def read(self, rank: int, index: int) -> int:
         return int(self.counters[rank][index])
 
+    def counter_address(self, rank: int, index: int) -> int:
+        """The address of counter ``index`` of ``rank``'s row in this process (an aligned int64
+        word; valid until :meth:`close`): for code that reads or posts it without Python
+        (mpiring.call.hot_replay), under the same ordering rules as :meth:`post` and :meth:`fence`."""
+        row = self.counters[rank]
+        return int(row.ctypes.data) + index * row.strides[0]
+
     def close(self, abandon: bool = False) -> None:
         """Collective: free the window once no rank touches it any more.
 

@@ -3,7 +3,9 @@ oneshot-ll has run, later calls of the same shape are replayed (one launch with 
 arguments, and the agreement check's post) instead of planned afresh. Thousands of replayed
 calls on changing data, with GPU stragglers, are exact on every element; a replay launches on
 the caller's current stream; a replay captured into a CUDA graph sees new data at every
-graph launch; a call of another shape takes the full path once.
+graph launch; a call of another shape takes the full path once. Every test runs twice: with
+the compiled replay (mpiring.call.hot_replay; skipped where it is not built:
+``python -m tools.build_hotpath``) and with the Python replay (``MPIRING_HOTPATH=0``).
 
 Run under mpirun on 1+ GPUs, or on one shared GPU (``MPIRING_SHARE_GPU=1``: jobs/gpu-shared.sh).
 """
@@ -19,10 +21,26 @@ from gpu_helpers import WORLD, agree, fit, gpu_nap, poison, rank_input, referenc
 from mpi4py import MPI
 
 import mpiring
+from mpiring.call import hot_replay
 
 RANK, SIZE = WORLD.rank, WORLD.size
 ROWS = ("oneshot-ll", "oneshot", "twoshot")
 pytestmark = pytest.mark.mpi
+BUILT = hot_replay.compiled() is not None  # the same answer on every rank (one checkout)
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def replay_path(request, monkeypatch):
+    """The communicators of each test replay compiled, then in Python (MPIRING_HOTPATH)."""
+    if request.param == "compiled" and not BUILT:
+        pytest.skip("the compiled replay is not built (python -m tools.build_hotpath)")
+    monkeypatch.setenv("MPIRING_HOTPATH", "1" if request.param == "compiled" else "0")
+    return request.param
+
+
+def test_the_communicator_says_which_replay_it_runs(replay_path):
+    with mpiring.Communicator(WORLD, gpu=True) as c:
+        agree(c.compiled_replay == (replay_path == "compiled"), f"compiled_replay {c.compiled_replay}")
 
 
 class FullPath:

@@ -14,13 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "tools").glob("*.py") if p.stem != "__init__")
 # the ones with a main()
-COMMANDS = ("ce_patterns", "enqueue", "scaleout", "shipped", "soak_faults", "starve", "timeline")
+COMMANDS = ("build_hotpath", "ce_patterns", "enqueue", "replay_bench", "scaleout", "shipped", "soak_faults",
+            "starve", "timeline")
 
 
 def test_the_tools_are_the_experiments_that_left_the_package() -> None:
     assert MODULES == [
-        "ce_patterns", "enqueue", "kernels", "scaleout", "shipped", "soak_faults", "starve", "starve_calls",
-        "timeline"]
+        "build_hotpath", "ce_patterns", "enqueue", "kernels", "replay_bench", "scaleout", "shipped",
+        "soak_faults", "starve", "starve_calls", "timeline"]
     for name in MODULES:
         assert not (ROOT / "mpiring" / "bench" / f"{name}.py").exists(), name
     assert not (ROOT / "mpiring" / "bench" / "csrc").exists()
@@ -110,3 +111,34 @@ def test_starve_variants_and_quantile() -> None:
     assert "green 16 SMs" in starve.FoldVariant(16, True, 16).label
     calls = starve_calls.default_call_variants(132)
     assert len(calls) == 8 and {c.persistent for c in calls} == {True, False}
+
+
+# -- build_hotpath: the compiled replay for a checkout used from PYTHONPATH -----------------------
+
+
+def test_build_hotpath_builds_an_importable_extension(tmp_path: Path) -> None:
+    import importlib.util
+    import shutil
+    import sysconfig
+
+    from tools import build_hotpath
+
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    out = tmp_path / ("_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    assert build_hotpath.main(["--output", str(out)]) == 0
+    spec = importlib.util.spec_from_file_location("_hotpath", out)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (module.FALLBACK, module.REPLAYED, module.REPLAYED_REPORT, module.LAUNCH_FAILED) == (0, 1, 2, 3)
+    assert module.noop_launch_address() > 0
+
+
+def test_build_hotpath_names_a_missing_compiler(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from tools import build_hotpath
+
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert build_hotpath.main(["--output", str(tmp_path / "x.so")]) == 1
+    assert "no C compiler" in capsys.readouterr().err

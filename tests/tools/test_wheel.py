@@ -47,8 +47,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     if problem:
         pytest.skip(f"cannot build the wheel offline: {problem} (pip install -e '.[test]')")
     src = tmp_path_factory.mktemp("checkout")
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    # (no extension built in this checkout: the wheel's build must compile its own)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.so")
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     for folder in ("mpiring", "tools"):  # tools/ too: the build must leave it out
         shutil.copytree(ROOT / folder, src / folder, ignore=ignore)
@@ -79,6 +80,15 @@ def test_the_wheel_holds_the_kernels_sources_and_the_commands(wheel: dict[str, b
     (entry_points,) = [v.decode() for n, v in wheel.items() if n.endswith(".dist-info/entry_points.txt")]
     assert "mpiring-bench = mpiring.bench.__main__:main" in entry_points
     assert "mpiring-tune = mpiring.bench.tune:main" in entry_points
+
+
+def test_the_wheel_holds_the_compiled_replay_where_a_compiler_is(wheel: dict[str, bytes]) -> None:
+    """setup.py's optional extension (mpiring.call._hotpath): built by the wheel's build where
+    a C compiler exists; elsewhere the wheel is made without it (mpiring replays in Python)."""
+    built = [n for n in wheel if n.startswith("mpiring/call/_hotpath") and n.endswith(".so")]
+    if shutil.which("gcc") or shutil.which("cc"):
+        assert built, sorted(n for n in wheel if n.startswith("mpiring/call/"))
+    assert "mpiring/call/hot_replay.py" in wheel
 
 
 def test_nothing_in_the_package_imports_the_tools() -> None:

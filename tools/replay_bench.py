@@ -1,0 +1,292 @@
+"""The compiled eager replay against the Python one, on the CPU: ns of host time per replayed
+call, with a launch that does nothing (no GPU), and the stand-ins that make it run (which the
+tests of mpiring.call.hot_replay use too)::
+
+    python -m tools.build_hotpath && python -m tools.replay_bench [--calls 200000] [--rounds 5]
+
+What it runs is what a GPU communicator's replayed call runs (``Communicator._collective`` from
+the plan lookup on): a real control board and agreement check (one rank, ``MPI.COMM_SELF``), a
+stand-in GPU backend (:class:`FakeGpu`: its status words, watchdog word and stream order kept as
+``GpuBackend`` keeps them), and a launch that records (:class:`Launches`: a Python callable on
+the Python path, the same recorder behind a ctypes function pointer on the compiled one) or, for
+the timings, does nothing (a no-op C function; a no-op Python function). Rows: the Python
+replay, the compiled one (as the communicator inlines it), with and without the agreement post.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from mpiring.call.agreement import FIELDS, AgreementCheck
+from mpiring.call.call_check import CallCheck
+from mpiring.call.dispatch import Replay
+from mpiring.call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, compiled
+from mpiring.call.options import GPU_CHECK
+from mpiring.context.gpu import ReplayHooks
+from mpiring.core.errors import CommunicatorClosedError
+from mpiring.cuda.contract import MM_COUNT, STATE, WORDS
+from mpiring.cuda.launcher import BoundLaunch, StreamLaunch
+from mpiring.cuda.status import skipped_error, status_error
+from mpiring.node.control import ControlBoard
+from mpiring.node.signals import FAILED
+from mpiring.node.timeouts import TimeoutPolicy
+
+MODES = ("compiled", "python")
+HAVE_EXTENSION = compiled() is not None
+PARAMS = ("ptr", "ptr", "i64", "ptr", "i32", "i64", "i64")  # the direct kernels' parameters
+FUNCTION, BLOCKS, THREADS = 0xF00D, 128, 512
+TIMEOUT = 30.0
+VALUES = {name: 3 + i for i, name in enumerate(FIELDS)}  # a call's fields, as the check compares them
+# cuLaunchKernel(f, gridX, gridY, gridZ, blockX, blockY, blockZ, sharedMem, stream, params, extra)
+LAUNCH_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_void_p)
+
+
+class FakeDriverError(Exception):
+    """What the fake driver's failed launch raises (CuPy raises ``CUDADriverError``)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"CUDA_ERROR {status}: the fake driver refused the launch")
+        self.status = status
+
+
+class Launches:
+    """The fake driver: every launch as ``(function, grid, block, shared, stream, parameter
+    values, extra)``, the values read back through the ``kernelParams`` pointer it got."""
+
+    def __init__(self, kinds: tuple[str, ...] = PARAMS) -> None:
+        self.kinds = kinds
+        self.log: list[tuple[Any, ...]] = []
+        self.params_seen: list[int] = []
+        self.status = 0  # what the next launches answer (nonzero: they fail)
+        self.pointer = LAUNCH_T(self.record)  # kept alive with this object
+        self.address = ctypes.cast(self.pointer, ctypes.c_void_p).value
+
+    def record(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        values = []
+        for i, kind in enumerate(self.kinds):
+            slot = ctypes.c_uint64.from_address(params + 8 * i).value
+            values.append((ctypes.c_int32 if kind == "i32" else ctypes.c_int64).from_address(slot).value)
+        self.params_seen.append(params)
+        self.log.append((function or 0, (gx, gy, gz), (bx, by, bz), shared, stream or 0, tuple(values),
+                         extra or 0))
+        return self.status
+
+    def python(self, *args: Any) -> None:
+        """CuPy's ``driver.launchKernel``: raises where the driver answers an error."""
+        status = self.record(*args)
+        if status:
+            raise FakeDriverError(status)
+
+
+class FakeStream:
+    """A CuPy stream as ordered_stream() sees it: a handle."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class FakeGpu:
+    """The parts of ``GpuBackend`` a replay touches, written as it writes them: ``failure()``
+    (the watchdog's error, else the status block's), ``skipped()`` (HostStatus.skipped),
+    ``ordered_stream()`` (events recorded where the stream changes), ``replay_hooks()``."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.words = np.zeros(WORDS, dtype=np.int64)  # the status block (pinned memory on a GPU)
+        self.raised = 0
+        self.watchdog_error: Exception | None = None
+        self.watchdog_word = array("q", [0])
+        self.stream_order: list[Any] = [None, 0]
+        self.current = FakeStream(0x5000)
+        self.events: list[tuple[str, int]] = []
+
+    def current_stream(self) -> FakeStream:
+        return self.current
+
+    def ordered_stream(self) -> FakeStream:
+        stream, order = self.current_stream(), self.stream_order
+        last = order[0]
+        if last is not stream:
+            if last is not None and last.ptr != stream.ptr:
+                self.events += [("record", last.ptr), ("wait", stream.ptr)]
+            order[0], order[1] = stream, stream.ptr
+        return stream
+
+    def failure(self) -> Exception | None:
+        if self.watchdog_error is not None:
+            return self.watchdog_error
+        return status_error(self.words.tolist(), self.rank, TIMEOUT)
+
+    def set_watchdog_error(self, err: Exception) -> None:
+        self.watchdog_error = err
+        self.watchdog_word[0] = 1
+
+    def skipped(self, how) -> Exception | None:
+        if self.words[MM_COUNT] == self.raised:
+            return None
+        err, self.raised = skipped_error(self.words.tolist(), self.rank, self.raised, how)
+        return err
+
+    def notice(self, desc) -> None:
+        self.events.append(("notice", int(desc[0])))
+
+    def replay_hooks(self) -> ReplayHooks:
+        base = int(self.words.ctypes.data)
+        return ReplayHooks(base + 8 * STATE, self.watchdog_word.buffer_info()[0], base + 8 * MM_COUNT,
+                           self.stream_order, self.current_stream)
+
+
+class Harness:
+    """One rank's communicator, cut down to its replayed calls, in ``mode`` ("compiled" or
+    "python"); ``fail`` and ``usable`` are ``Communicator._fail`` and ``_usable``, line for line."""
+
+    def __init__(self, mode: str, comm: MPI.Intracomm = MPI.COMM_SELF, gpu_check: bool = True,
+                 timeout: float = TIMEOUT, noop_launch: bool = False) -> None:
+        self.mode, self.rank = mode, comm.rank
+        self.board = ControlBoard(comm, 0, TimeoutPolicy(timeout))
+        self.gpu = FakeGpu(comm.rank)
+        self.failed: str | None = None
+        self.closed = False
+        self.words = CallWords()
+        self.agreement = AgreementCheck(comm, timeout, board=self.board.shared)
+        self.check = CallCheck(self.agreement, self.fail)
+        if gpu_check:
+            self.check.use_gpu(self.gpu, GPU_CHECK)  # type: ignore[arg-type]
+        self.launches = Launches()
+        self.noop_launch = noop_launch  # the timings' launch: does nothing, records nothing
+        self.replayer = Replayer(self.words, self.usable, self.fail, self.check, FakeDriverError)
+        self.hot = None
+        if mode == "compiled":
+            module = compiled()
+            assert module is not None, "the extension is not built (python -m tools.build_hotpath)"
+            address = module.noop_launch_address() if noop_launch else self.launches.address
+            self.hot = HotPath.make(self.words, self.gpu.replay_hooks(), self.board, self.check,
+                                    launch_address=address)
+            assert self.hot is not None, "the extension is not built (python -m tools.build_hotpath)"
+        self.words.accept()
+
+    def fail(self, err: BaseException) -> None:
+        self.failed = f"{type(err).__name__}: {err}"
+        self.words.refuse()
+        if not self.closed:
+            self.board.mark_failed(self.failed, cause=err)
+
+    def usable(self) -> None:
+        if self.failed:
+            raise CommunicatorClosedError(f"this communicator failed earlier ({self.failed}) and "
+                                          "refuses further use: close it and create a new one")
+        if self.closed:
+            raise CommunicatorClosedError("this communicator is closed")
+        gpu_error = self.gpu.failure()
+        if gpu_error is not None:
+            self.fail(gpu_error)
+            raise gpu_error
+        err = self.board.peer_error(self.rank)
+        if err is not None:
+            self.fail(err)
+            raise err
+
+    def replay(self, args: tuple[int, ...] = (0x1000, 0x2000, 2048, 0xC0, 1, 7, 9), checked: bool = True,
+               capturing=None) -> Replay:
+        """A bound replay of the direct kernel with ``args``, as replay_for() makes it."""
+        driver = _noop if self.noop_launch else self.launches.python
+        launch = BoundLaunch(PARAMS, THREADS, FUNCTION, BLOCKS, args, driver_launch=driver)
+        line = AgreementCheck.line(VALUES) if checked else None
+        replay = Replay(StreamLaunch(launch, self.gpu.ordered_stream), line, capturing)
+        return replay if self.hot is None else replay._replace(hot=self.hot.bind(replay))
+
+    def call(self, replay: Replay) -> str:
+        """One call of a shape seen before, as the communicator makes it: "replayed", or "full
+        path" (nothing done); raises what the call raises."""
+        return "replayed" if self.replayer.replay(replay) else "full path"
+
+    def refuse(self, closed: bool) -> None:
+        """The communicator failed (elsewhere) or closed: what its flags say."""
+        if closed:
+            self.closed = True
+        else:
+            self.failed = "MpiringError: an earlier failure"
+        self.words.refuse()
+
+    def state(self) -> dict[str, Any]:
+        """Everything a call leaves behind that the two paths must leave alike."""
+        shared = self.board.shared
+        marked = shared.read(self.rank, FAILED) != 0  # then the message is the payload's text
+        message = bytes(shared.payloads[self.rank]).split(b"\0", 1)[0] if marked else None
+        return dict(launches=list(self.launches.log), events=list(self.gpu.events),
+                    board=shared.lines[self.rank].tolist(), message=message,
+                    calls=self.agreement.calls, replayed=self.words.replayed[0], failed=self.failed,
+                    stream=self.gpu.stream_order[1], raised=self.gpu.raised)
+
+    def close(self) -> None:
+        self.board.close(abandon=self.failed is not None)
+
+
+def _noop(*_args: Any) -> None:
+    """The Python path's launch that does nothing (CuPy's launchKernel is one C call too)."""
+
+
+def time_calls(run: Callable[[], Any], calls: int) -> float:
+    """Seconds per call of ``run``, over ``calls`` calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        run()
+    return (time.perf_counter() - start) / calls
+
+
+def as_communicator_does(h: Harness, replay: Replay) -> Callable[[], Any]:
+    """One replayed call as ``Communicator._collective`` makes it (its inlined replay)."""
+    hot, finish = replay.hot, h.replayer.finish
+
+    def call() -> None:
+        outcome = hot.run() if hot is not None else FALLBACK
+        if not (outcome == REPLAYED or finish(replay, outcome)):
+            raise AssertionError("the benchmark's replay fell to the full path")
+    return call
+
+
+def measure(mode: str, checked: bool, calls: int, rounds: int) -> list[float]:
+    """ns per replayed call, one per round (after a warm-up round)."""
+    h = Harness(mode, noop_launch=True)
+    try:
+        replay = h.replay(checked=checked)
+        run = as_communicator_does(h, replay)
+        time_calls(run, min(calls, 10_000))
+        return [1e9 * time_calls(run, calls) for _ in range(rounds)]
+    finally:
+        h.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.replay_bench",
+                                     description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--calls", type=int, default=200_000, help="replayed calls per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (the median is shown)")
+    args = parser.parse_args(argv)
+    modes = MODES if HAVE_EXTENSION else ("python",)
+    if not HAVE_EXTENSION:
+        print("the extension is not built (python -m tools.build_hotpath): the Python replay only")
+    print(f"host time per replayed call, no-op launch, median of {args.rounds} rounds of {args.calls} "
+          f"calls (min - max)")
+    print("| replay | agreement post | ns per call |\n| --- | --- | --- |")
+    for checked in (True, False):
+        for mode in modes:
+            ns = measure(mode, checked, args.calls, args.rounds)
+            print(f"| {mode} | {'posted' if checked else 'off'} | {statistics.median(ns):.0f} "
+                  f"({min(ns):.0f} - {max(ns):.0f}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
