@@ -1,4 +1,4 @@
-// The n-input fold of the all-to-all copy-engine two-shot (mpiring/cuda/alltoall.py): one round's
+// The n-input fold of the all-to-all copy-engine two-shot (mpiring/ring/alltoall_engine.py): one round's
 // piece of this rank's block, reduced over every rank in rank order,
 //
 //   out[i] = src_0[i] (op) src_1[i] (op) ... (op) src_{n-1}[i]
