@@ -55,12 +55,13 @@ class Memory:
 class SimDevice:
     """One rank's GPU: operations queued per stream, run by :func:`run_all`."""
 
-    def __init__(self, memory: Memory, dtype: np.dtype) -> None:
+    def __init__(self, memory: Memory, dtype: np.dtype, serial: bool = False) -> None:
         self.memory, self.dtype = memory, dtype
+        self.serial = serial  # every stream on one queue, in enqueue order: the worst case
         self.queues: dict[int, deque] = {}
 
     def _put(self, stream: int, op: tuple) -> None:
-        self.queues.setdefault(stream, deque()).append(op)
+        self.queues.setdefault(-1 if self.serial else stream, deque()).append(op)
 
     def wait_geq(self, stream: int, addr: int, value: int) -> None:
         self._put(stream, ("wait", addr, value))
@@ -96,7 +97,7 @@ class SimDevice:
 class Node:
     """``size`` simulated GPUs with their all-to-all staging and engines, kept across calls."""
 
-    def __init__(self, size: int, area_bytes: int, dtype: Any) -> None:
+    def __init__(self, size: int, area_bytes: int, dtype: Any, serial: bool = False) -> None:
         self.size, self.dtype = size, np.dtype(dtype)
         self.memory = Memory()
         self.layout = AllToAllLayout(size, area_bytes)
@@ -104,7 +105,7 @@ class Node:
         for r in range(size):  # flags start at 0; areas and tables keep the poison
             self.memory.bytes(bases[r], self.layout.flags_end)[...] = 0
         addr = lambda rank, offset: bases[rank] + offset  # noqa: E731 - every rank maps every staging
-        self.devices = [SimDevice(self.memory, self.dtype) for _ in range(size)]
+        self.devices = [SimDevice(self.memory, self.dtype, serial) for _ in range(size)]
         streams = {("rs", p): 10 + p for p in range(size)} | {("ag", p): 20 + p for p in range(size)}
         streams |= {"fold": 1, "collect": 2}
         self.engines = [AllToAllEngine(r, self.layout, addr, self.devices[r], streams) for r in range(size)]
@@ -196,6 +197,17 @@ def test_the_engine_gives_the_rank_ordered_result_in_any_order(size, dtype, op, 
     node = Node(size, 256, dt)
     for phase, block, extra, in_place in calls:
         one_call(node, phase, block, extra, in_place, op, rng)
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(2, 6), calls=st.lists(CALL, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1))
+def test_the_engine_enqueues_an_order_that_completes_on_one_queue_per_gpu(size, calls, seed) -> None:
+    """Every stream of a GPU on one hardware queue, run in the order the engine enqueued: no
+    deadlock (the engine follows the plan's issue order), exact results."""
+    rng = np.random.default_rng(seed)
+    node = Node(size, 256, np.dtype(np.float32), serial=True)
+    for phase, block, extra, in_place in calls:
+        one_call(node, phase, block, extra, in_place, "sum", rng)
 
 
 def test_many_rounds_and_calls_at_eight_ranks() -> None:

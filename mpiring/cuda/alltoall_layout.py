@@ -100,6 +100,15 @@ class AllToAllLayout:
         first = self.control_bytes + SLOTS * (self.ranks - 1) * self.area_bytes
         return first + (slot * (self.ranks - 1) + self.area_index(holder, owner)) * self.area_bytes
 
+    def zero_ranges(self) -> list[tuple[int, int]]:
+        """(offset, bytes) that set-up zeroes: the flags (the fold tables are written after)."""
+        return [(0, self.control_bytes)]
+
+    @property
+    def probe_offset(self) -> int:
+        """Where set-up's peer-to-peer probe writes: the first inbound area, unused until a call."""
+        return self.control_bytes
+
     @property
     def used_bytes(self) -> int:
         return self.control_bytes + 2 * SLOTS * (self.ranks - 1) * self.area_bytes

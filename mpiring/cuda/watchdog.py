@@ -82,15 +82,24 @@ class HostStatus:
             LIVE["host_status"] -= 1
 
 
-def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> None:
-    """Abort the communicator from this rank (see the module docstring); enqueued on ``stream``."""
-    import cupy
-
+def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int, also: Sequence = ()) -> None:
+    """Abort the communicator from this rank (see the module docstring); enqueued on ``stream``.
+    ``also``: further stagings of this communicator whose flags the waits of its rows poll
+    (:meth:`Watchdog.also_release`), released after the abort words like the main one's."""
     me = staging.rank
     for r in range(staging.size):
         memops.write(stream, staging.addr(r, layout.abort), me + 1)
-    for offset, nbytes in layout.release_ranges():
-        cupy.cuda.runtime.memsetAsync(staging.addr(me, offset), RELEASE_BYTE, nbytes, stream)
+    for held in (staging, *also):
+        release(held, stream)
+
+
+def release(staging, stream: int) -> None:
+    """Overwrite every flag this rank's waits poll in ``staging`` (its layout's
+    ``release_ranges``) with a value no wait can exceed; enqueued on ``stream``."""
+    import cupy
+
+    for offset, nbytes in staging.layout.release_ranges():
+        cupy.cuda.runtime.memsetAsync(staging.addr(staging.rank, offset), RELEASE_BYTE, nbytes, stream)
 
 
 Flags = tuple[tuple[int, int], tuple[int, int]]  # (full[0], full[1]), (free[0], free[1])
@@ -142,6 +151,7 @@ class Watchdog:
             self._free.append(pair)
             LIVE["events"] += 2
         self._pending: deque[_Call] = deque()
+        self._also: list = []  # further stagings an abort releases (also_release)
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"mpiring-watchdog-{self.rank}",
@@ -174,6 +184,13 @@ class Watchdog:
             self._pending.append(_Call(events[0], events[1], diagnose, base, progress))
             if idle:  # the thread sleeps on the condition only while nothing is pending: waking
                 self._cond.notify_all()  # it per call costs the caller GIL hand-offs
+
+    def also_release(self, staging) -> None:
+        """Release ``staging``'s flags too when this watchdog aborts the communicator: a row with
+        a staging of its own (e.g. ce-twoshot's, made at its first call) whose waits are stream
+        memory operations, which only a release can end once a peer is gone."""
+        with self._cond:
+            self._also.append(staging)
 
     def give_back(self, events: tuple[int, int]) -> None:
         """Return a pair from :meth:`events` that no call recorded after all."""
@@ -280,7 +297,7 @@ class Watchdog:
                 self.me, self.timeout, "the event-signalled ring call to finish on the GPU (a "
                 "peer's copy or fold never completed)", hint=ABORT_HINT,
             ).locate("in the ring-events algorithm", algorithm="ring-events", seq=call.base)
-            abort(self.staging, lay, self.memops, self._rescue.ptr)
+            abort(self.staging, lay, self.memops, self._rescue.ptr, self._also)
             return
         if flags is not None:
             full, free = cast(Flags, flags)
@@ -291,4 +308,4 @@ class Watchdog:
                 "could not be read: its GPU queues are blocked)", hint=ABORT_HINT,
             ).locate("in the ring algorithm", algorithm="ring", seq=call.base)
         log.debug("rank %d: %s", self.rank, self.error)
-        abort(self.staging, lay, self.memops, self._rescue.ptr)
+        abort(self.staging, lay, self.memops, self._rescue.ptr, self._also)

@@ -81,21 +81,22 @@ class AllToAllEngine:
             raise ValueError(f"a plan of {plan.size} ranks and pieces of {plan.chunk} elements does not fit "
                              f"this staging ({self.layout.ranks} ranks, {self.chunk(itemsize)} elements)")
         buffers = {"input": input_addr, "output": output_addr}
-        for key, ops in plan.streams(self.rank, self.done).items():
+        # In the plan's issue order (round by round), not stream by stream: streams may share
+        # a hardware queue, and only this order cannot deadlock then (AllToAllPlan.issue_order).
+        for key, op in plan.issue_order(self.rank, self.done):
             stream = self.streams[key]
-            for op in ops:
-                if isinstance(op, Wait):
-                    self.device.wait_geq(stream, self._flag(op.flag), op.value)
-                elif isinstance(op, Signal):
-                    self.device.write(stream, self._flag(op.flag), op.value)
-                elif isinstance(op, Copy):
-                    if op.elements:
-                        self.device.copy(stream, self._region(op.dst, buffers, itemsize),
-                                         self._region(op.src, buffers, itemsize), op.elements * itemsize)
-                elif isinstance(op, Fold):
-                    self._fold(stream, op, buffers, itemsize)
-                else:  # pragma: no cover - the schedule has no other operation
-                    raise TypeError(f"unknown operation {op!r}")
+            if isinstance(op, Wait):
+                self.device.wait_geq(stream, self._flag(op.flag), op.value)
+            elif isinstance(op, Signal):
+                self.device.write(stream, self._flag(op.flag), op.value)
+            elif isinstance(op, Copy):
+                if op.elements:
+                    self.device.copy(stream, self._region(op.dst, buffers, itemsize),
+                                     self._region(op.src, buffers, itemsize), op.elements * itemsize)
+            elif isinstance(op, Fold):
+                self._fold(stream, op, buffers, itemsize)
+            else:  # pragma: no cover - the schedule has no other operation
+                raise TypeError(f"unknown operation {op!r}")
         # Every rank's plan counts the same rounds: the next call's flags go on from here.
         self.done = plan.after(self.done)
 
