@@ -250,3 +250,32 @@ def test_the_layout_keeps_areas_and_flags_apart() -> None:
     with pytest.raises(ValueError):
         AllToAllLayout(4, 100)
     assert AllToAllLayout(4, 8 << 20).alloc_bytes == 98 << 20  # the memory the docs state
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_missing_rank_is_named_by_every_peer_stuck_on_it(size: int, phase: Phase) -> None:
+    """One rank never enqueues its part of call 2: the others run until nothing can move, and
+    the diagnosis of each, from its own flags as the watchdog reads them, names that rank."""
+    rng = np.random.default_rng(size)
+    node = Node(size, 256, np.dtype(np.float32))
+    one_call(node, Phase.ALLREDUCE, 70, 1, False, "sum", rng)  # a first call: flags carry over
+    victim, block = size - 1, 150
+    count = size * block
+    plan = AllToAllPlan(size, count, 64, phase)
+    before = node.engines[0].done
+    for r, engine in enumerate(node.engines):
+        if r != victim:
+            n_in = block if phase is Phase.ALLGATHER else count
+            out = block if phase is Phase.REDUCE_SCATTER else count
+            ins, outs = node.buffer(np.ones(n_in, np.float32)), node.buffer(np.zeros(out, np.float32))
+            engine.enqueue(plan, ins, outs, 4)
+    with pytest.raises(AssertionError, match="deadlock"):
+        node.run_all(rng, "sum")
+    for r, engine in enumerate(node.engines):
+        if r == victim:
+            continue
+        words = node.memory.bytes(engine.addr(r, 0), node.layout.flags_end).view(np.uint64)
+        err = engine.stall_error(plan, before, tuple(int(w) for w in words), 1.0, "hint")
+        assert err.peer == victim and f"waiting for rank {victim} " in str(err), str(err)
+        assert str(err).startswith(f"rank {r} timed out after 1 s in the ce-twoshot algorithm"), str(err)

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..core.errors import MpiringTimeoutError
 from ..core.ops import Op
 from ..cuda import sources
 from ..cuda.alltoall_layout import AllToAllLayout
@@ -38,6 +37,7 @@ from ..cuda.launcher import PackedLaunch, function_handle
 from ..cuda.resources import LIVE
 from ..cuda.staging import IpcStaging
 from ..cuda.status import ABORT_HINT
+from ..cuda.watchdog import FlagReader
 from ..ring.alltoall_engine import AllToAllEngine
 from ..ring.alltoall_schedule import AllToAllPlan
 from ..ring.schedule import Phase
@@ -144,6 +144,7 @@ class _State:
                           words.nbytes, rt.memcpyHostToDevice)
             assert gpu.watchdog is not None  # made with the context, before any call
             gpu.watchdog.also_release(self.staging)  # an abort must end this staging's waits too
+            self._reader = FlagReader(self.staging, self.layout.flags_end, lambda w: tuple(int(x) for x in w))
         except BaseException:
             self.close(abandon=True)  # peers may have succeeded: wait for no one
             raise
@@ -159,7 +160,7 @@ class _State:
         rt.eventRecord(self._start, stream.ptr)
         for s in self._streams.values():
             rt.streamWaitEvent(s.ptr, self._start, 0)
-        base = self.engine.done.scatter
+        before = self.engine.done  # the rounds of the earlier calls: this call's flags go on from there
         try:
             self.engine.enqueue(plan, call.source.address, recv.address, recv.dtype.itemsize)
         except BaseException:
@@ -170,10 +171,12 @@ class _State:
                 rt.eventRecord(end, s.ptr)
                 rt.streamWaitEvent(stream.ptr, end, 0)
         rt.eventRecord(pair[1], stream.ptr)
-        me, timeout = self.gpu.node_rank, self.gpu.timeouts.seconds
-        watchdog.watch(pair, base, lambda full, free: MpiringTimeoutError(
-            me, timeout, "a ce-twoshot call to finish on the GPU (a peer's push, fold or gather "
-            "never came)", hint=ABORT_HINT).locate("in the ce-twoshot algorithm", algorithm=NAME, seq=base))
+        engine, timeout, names = self.engine, self.gpu.timeouts.seconds, self.gpu.groups.node_ranks
+        # The watchdog reads this staging's flags: they move as the call does (progress), and
+        # where they stop says which peer is late.
+        diagnose = lambda words: engine.stall_error(plan, before, cast(tuple, words), timeout,  # noqa: E731
+                                                    ABORT_HINT, names)
+        watchdog.watch(pair, before.scatter + before.gather, diagnose, reader=self._reader, algorithm=NAME)
 
     def close(self, abandon: bool = False) -> None:
         """Drop the streams and events (the context drained the calls first) and close the

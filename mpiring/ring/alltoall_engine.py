@@ -21,12 +21,23 @@ flags only grow, and a slot is reused two rounds later whatever call that round 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from ..core.errors import MpiringTimeoutError
 from ..cuda.alltoall_layout import FLAG_ARRAYS, AllToAllLayout
 from ..cuda.layout import MAX_RANKS
 from .alltoall_schedule import AllToAllPlan, Copy, Flag, Fold, Region, Rounds, Signal, Stream, Wait
+
+# What a wait on each flag waits for, in a timeout's words ({peer}: the rank it names).
+WAITS_FOR = {
+    "arrived": "rank {peer} to push its piece of this rank's block (round {use})",
+    "inbound_free": "rank {peer} to fold round {use}, freeing this rank's area there",
+    "gathered": "rank {peer} to push its reduced piece (round {use})",
+    "gather_free": "rank {peer} to collect round {use}, freeing this rank's area there",
+    "folded": "this rank's own fold of round {use} (no peer is late: the GPU is busy or hung)",
+    "pushed": "this rank's own push of block 0's piece of round {use} (the GPU is busy or hung)",
+}
 
 
 class Device(Protocol):
@@ -100,10 +111,42 @@ class AllToAllEngine:
         # Every rank's plan counts the same rounds: the next call's flags go on from here.
         self.done = plan.after(self.done)
 
+    def stall(self, plan: AllToAllPlan, before: Rounds, words: Sequence[int]) -> tuple[Stream, Wait] | None:
+        """Where a call of ``plan`` that began after the rounds ``before`` is stuck, given this
+        rank's flags (``words``: its staging's first ``layout.flags_end`` bytes as 64-bit
+        words; every flag a rank waits on lives in its own memory): the first wait of its
+        issue order they do not satisfy, or None. Flags only grow, so the latest values say
+        it all."""
+        for stream, op in plan.issue_order(self.rank, before):
+            if isinstance(op, Wait) and words[self._offset(op.flag) // 8] < op.value:
+                return stream, op
+        return None
+
+    def stall_error(self, plan: AllToAllPlan, before: Rounds, words: Sequence[int], timeout: float,
+                    hint: str, names: Sequence[int] | None = None) -> MpiringTimeoutError:
+        """The timeout error of a call stuck as ``words`` say (:meth:`stall`); ``names[p]`` is
+        the communicator rank at place ``p`` of the node."""
+        name = list(names) if names is not None else list(range(self.layout.ranks))
+        stuck = self.stall(plan, before, words)
+        if stuck is None:
+            busy = ("the ce-twoshot call to finish on the GPU (no wait for a peer is pending: the GPU "
+                    "is busy or hung)")
+            err = MpiringTimeoutError(name[self.rank], timeout, busy, hint=hint)
+            return err.locate("in the ce-twoshot algorithm", algorithm="ce-twoshot")
+        stream, wait = stuck
+        flag, holder, peer = wait.flag
+        own = flag in ("folded", "pushed")
+        what = WAITS_FOR[flag].format(peer=name[peer], use=wait.value)
+        err = MpiringTimeoutError(name[self.rank], timeout, what, peer=None if own else name[peer], hint=hint)
+        where = f"in the ce-twoshot algorithm, {stream if isinstance(stream, str) else stream[0]} stream"
+        return err.locate(where, algorithm="ce-twoshot", seq=wait.value)
+
+    def _offset(self, flag: Flag) -> int:
+        name, _, index = flag
+        return self.layout.flag(name, index) if name in FLAG_ARRAYS else self.layout.flag(name)
+
     def _flag(self, flag: Flag) -> int:
-        name, holder, index = flag
-        offset = self.layout.flag(name, index) if name in FLAG_ARRAYS else self.layout.flag(name)
-        return self.addr(holder, offset)
+        return self.addr(flag[1], self._offset(flag))
 
     def _region(self, region: Region, buffers: dict[str, int], itemsize: int) -> int:
         kind, holder, a, b = region
