@@ -192,7 +192,9 @@ class AllToAllPlan:
             order.extend((stream, op) for op in ops)
 
         n, me = self.size, rank
-        peers = [p for p in range(n) if p != me]
+        # Peers from the next rank on: in each round rank r pushes first to r + 1, so the ranks'
+        # first pushes go to different GPUs (a shared push stream then spreads the load).
+        peers = [(me + j) % n for j in range(1, n)]
         scatter, gather = self.scatters, self.gathers
         # In place, a reduce-scatter's fold writes block 0's pieces (see the module docstring).
         compact_in_place = self.in_place and self.phase is Phase.REDUCE_SCATTER
