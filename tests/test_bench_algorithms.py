@@ -25,8 +25,8 @@ DIRECT = ("nccl-direct", "mpi-direct")  # the table's nccl and mpi calls without
 
 
 def test_gpu_sweep_direct_row_then_baselines_then_rivals_then_mpiring_then_auto():
-    assert default_sweep(True) == ("nccl-direct", "nccl", "nccl-ring", *RIVALS, "ring",
-                                   "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier", "auto")
+    assert default_sweep(True) == ("nccl-direct", "nccl", "nccl-ring", *RIVALS, "ring", "ring-events",
+                                   "oneshot", "twoshot", "oneshot-ll", "ce-twoshot", "hier", "auto")
     assert reference(True) == "nccl-direct"
 
 
@@ -52,7 +52,7 @@ def test_cli_accepts_every_algorithm():
 
 def test_a_collectives_sweep_holds_the_rows_that_implement_it():
     for collective in ("reduce_scatter", "allgather"):
-        assert default_sweep(True, collective) == ("nccl", "ring", "ring-events", "auto")
+        assert default_sweep(True, collective) == ("nccl", "ring", "ring-events", "ce-twoshot", "auto")
         assert default_sweep(False, collective) == ("mpi", "ring", "mpi-twoshot")
         assert runnable(False, collective) == ("mpi", "ring", "mpi-twoshot", AUTO, AUTO_REPRODUCIBLE)
         assert reference(True, collective) == "nccl" and reference(False, collective) == "mpi"
@@ -62,10 +62,10 @@ def test_a_collectives_sweep_holds_the_rows_that_implement_it():
 
 
 def test_rows_of_one_node_are_left_out_across_nodes():
-    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot", "oneshot-ll",
+    assert node_only(True) == ("ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "ce-twoshot",
                                "torch-symm-1shot", "torch-symm-2shot", "nccl-symm")
     assert node_only(False) == ("ring",)
-    assert node_only(True, "allgather") == ("ring", "ring-events")
+    assert node_only(True, "allgather") == ("ring", "ring-events", "ce-twoshot")
     assert default_sweep(True, nodes=2) == ("nccl-direct", "nccl", "nccl-ring", "torch", "nccl-lib", "hier",
                                             "auto")
     assert default_sweep(False, nodes=3) == ("mpi-direct", "mpi", "hier", "mpi-twoshot")

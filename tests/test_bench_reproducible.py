@@ -60,7 +60,7 @@ def test_the_row_comes_right_after_auto_only_when_asked_for():
     assert run == ["mpi", AUTO_REPRODUCIBLE]
     for collective in ("reduce_scatter", "allgather"):
         run, _ = runner._algorithms(None, gpu=True, collective=collective, reproducible=True)
-        assert run == ["nccl", "ring", "ring-events", AUTO, AUTO_REPRODUCIBLE]
+        assert run == ["nccl", "ring", "ring-events", "ce-twoshot", AUTO, AUTO_REPRODUCIBLE]
     run, _ = runner._algorithms(None, gpu=True, nodes=2, reproducible=True)  # refused there: n/a
     assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "nccl-lib", "hier", AUTO, AUTO_REPRODUCIBLE]
 

@@ -21,8 +21,8 @@ from mpiring.bench.stats import Stats
 def test_default_and_requested_algorithms():
     run, base = runner._algorithms(None, gpu=True)
     assert run == ["nccl-direct", "nccl", "nccl-ring", "torch", "torch-symm-1shot", "torch-symm-2shot",
-                   "nccl-symm", "nccl-lib", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "hier",
-                   "auto"]
+                   "nccl-symm", "nccl-lib", "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll",
+                   "ce-twoshot", "hier", "auto"]
     assert base == "nccl-direct"
     run, base = runner._algorithms(("auto", "ring"), gpu=False)
     assert run == ["ring", "auto"] and base == "mpi-direct"  # auto runs on the host when asked for
@@ -199,8 +199,8 @@ def test_an_algorithm_without_any_asked_collective_is_an_error():
 def test_across_nodes_node_rows_are_left_out_or_refused_by_name():
     where = "2 nodes of 2 ranks"
     assert runner.check_collectives(None, True, ("allreduce",), 2, where) == (
-        "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "torch-symm-1shot", "torch-symm-2shot",
-        "nccl-symm")
+        "ring", "ring-events", "oneshot", "twoshot", "oneshot-ll", "ce-twoshot", "torch-symm-1shot",
+        "torch-symm-2shot", "nccl-symm")
     assert runner.check_collectives(None, False, ("reduce_scatter",), 2, where) == ("ring",)
     assert runner.check_collectives(("mpi", "hier"), False, ("allreduce",), 2, where) == ()
     with pytest.raises(command.BenchError) as err:

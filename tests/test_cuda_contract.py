@@ -77,7 +77,7 @@ def test_status_constants_match() -> None:
         "HEALTHY": contract.HEALTHY, "TIMED_OUT": contract.TIMED_OUT, "ABORTED": contract.ABORTED,
         "KIND_RING": contract.KIND_RING, "KIND_ONESHOT": contract.KIND_ONESHOT,
         "KIND_TWOSHOT": contract.KIND_TWOSHOT, "KIND_ONESHOT_LL": contract.KIND_ONESHOT_LL,
-        "KIND_NOTICE": contract.KIND_NOTICE,
+        "KIND_NOTICE": contract.KIND_NOTICE, "KIND_CE_TWOSHOT": contract.KIND_CE_TWOSHOT,
     }
     assert defined == expected
     # The skipped-call words follow the failure words, and the two-word fields fit.

@@ -24,7 +24,7 @@ from mpiring.cuda import sources
 
 def test_the_compilation_units_are_known() -> None:
     """Every .cu file has its list of name expressions (a new file must say what it provides)."""
-    assert sources.files() == ["direct.cu", "fold.cu", "notice.cu", "oneshot_ll.cu"]
+    assert sources.files() == ["direct.cu", "fold.cu", "fold_n.cu", "notice.cu", "oneshot_ll.cu"]
     for name in sources.files():
         assert sources.name_expressions(name)
     with pytest.raises(KeyError):
@@ -45,7 +45,7 @@ def test_every_source_compiles_with_every_instantiation(nvrtc, name: str) -> Non
 
 
 ALONE = [("direct.cu", "oneshot"), ("direct.cu", "twoshot"), ("oneshot_ll.cu", "oneshot_ll"),
-         ("notice.cu", "notice")]
+         ("notice.cu", "notice"), ("fold_n.cu", "fold_n")]
 
 
 @pytest.mark.parametrize(("name", "kind"), ALONE, ids=[k for _, k in ALONE])

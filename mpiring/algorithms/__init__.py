@@ -5,6 +5,7 @@
     oneshot      GPU    one node   one-kernel, latency (direct.py)
     twoshot      GPU    one node   one-kernel, bandwidth (direct.py)
     oneshot-ll   GPU    one node   one-kernel, no barrier, flags in the data (direct.py)
+    ce-twoshot   GPU    one node   all-to-all two-shot on copy engines, one fold kernel (ce_twoshot.py)
     nccl         GPU    any        ncclAllReduce (nccl.py)
     nccl-ring    GPU    any        send/recv ring baseline (nccl.py)
     mpi          host   any        MPI.Allreduce (mpi.py)
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from ..core.buffers import Memory
 from ..core.errors import InvalidArgumentError
-from . import direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
+from . import ce_twoshot, direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
 from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
 
 AUTO = "auto"
@@ -54,8 +55,8 @@ def version() -> int:
     return _VERSION[0]
 
 
-for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, direct.ONESHOT_LL, nccl.NCCL,
-             nccl.NCCL_RING, mpi.ROW, hier.ROW, mpi_twoshot.ROW):
+for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, direct.ONESHOT_LL, ce_twoshot.ROW,
+             nccl.NCCL, nccl.NCCL_RING, mpi.ROW, hier.ROW, mpi_twoshot.ROW):
     register(_row)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 from mpi4py import MPI
@@ -22,7 +22,7 @@ from ..node.control import ControlBoard
 from ..node.timeouts import TimeoutPolicy
 from ..ring.pipeline import RingPipeline
 from ..ring.schedule import RingPlan, choose_batches, default_batches
-from ..ring.stall import stall_error
+from ..ring.stall import RingFlags, stall_error
 from ..ring.transports.base import CallBuffers
 from ..ring.transports.cuda_events import CudaEventTransport
 from ..ring.transports.cuda_ipc import CudaIpcTransport
@@ -235,8 +235,8 @@ class GpuBackend(Backend):
             self.watchdog.watch(pair, base, None, self._events_ring[1].progress)
         else:
             names, rank, timeout = self.groups.node_ranks, self.node_rank, self.timeouts.seconds
-            self.watchdog.watch(pair, base, lambda full, free: stall_error(
-                plan, rank, base, full, free, timeout, ABORT_HINT, names))
+            self.watchdog.watch(pair, base, lambda flags: stall_error(
+                plan, rank, base, *cast(RingFlags, flags), timeout=timeout, hint=ABORT_HINT, names=names))
 
     def ring_batches(self, count: int, dtype: np.dtype, asked: int | None) -> int:
         capacity = self.slot_bytes // np.dtype(dtype).itemsize

@@ -136,6 +136,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("MPIRING_LL_BLOCK_LINES", "int", 128,
             "about how many lines (8 payload bytes each) one block of the oneshot-ll kernel moves: "
             "fewer spread a message over more SMs (read when a communicator is made)", low=1, high=1024),
+    Setting("MPIRING_CE_PUSH_STREAMS", "choice", "one",
+            "ce-twoshot's pushes: one copy stream for all peers (one, each round's pushes in turn) "
+            "or one per peer (peer, all at once); equal on every rank",
+            choices={"one": "one", "peer": "peer"}),
     Setting("MPIRING_CUDA_AWARE_MPI", "bool", None,
             "whether the MPI moves device memory, where the library cannot say (inter='mpi')",
             unset="ask the MPI library; no answer: no"),

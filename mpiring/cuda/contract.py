@@ -51,9 +51,9 @@ WORDS = 16
 # STATE values (ST_HEALTHY, ST_TIMED_OUT, ST_ABORTED).
 HEALTHY, TIMED_OUT, ABORTED = 0, 1, 2
 # KIND values (ST_KIND_RING, ...): the algorithm whose kernel reported.
-KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL, KIND_NOTICE = 1, 2, 3, 4, 5
+KIND_RING, KIND_ONESHOT, KIND_TWOSHOT, KIND_ONESHOT_LL, KIND_NOTICE, KIND_CE_TWOSHOT = 1, 2, 3, 4, 5, 6
 KINDS = {KIND_RING: "ring", KIND_ONESHOT: "oneshot", KIND_TWOSHOT: "twoshot", KIND_ONESHOT_LL: "oneshot-ll",
-         KIND_NOTICE: "notice"}
+         KIND_NOTICE: "notice", KIND_CE_TWOSHOT: "ce-twoshot"}
 CODE_ONESHOT_LL = 10  # the oneshot-ll row's wire code (algorithms/direct.py uses it), spelt out
 # in agree.cuh to find its lines
 __all__ = ["CODE_ONESHOT_LL", "CONTROL", "DESC_CALL", "DESC_DISAGREED", "DESC_REJECTED", "DIRECT_THREADS",

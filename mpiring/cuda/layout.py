@@ -151,6 +151,16 @@ class StagingLayout:
     def used_bytes(self) -> int:
         return self.ll_slot(2)
 
+    def zero_ranges(self) -> list[tuple[int, int]]:
+        """(offset, bytes) that set-up zeroes: every flag, and every oneshot-ll line (a line's
+        flag is its data's only guard)."""
+        return [(0, self.control_bytes), (self.ll_slot(0), 2 * self.ll_bytes)]
+
+    @property
+    def probe_offset(self) -> int:
+        """Where set-up's peer-to-peer probe writes: ring slot 0, unused until the first call."""
+        return self.ring_slot(0)
+
     @property
     def alloc_bytes(self) -> int:
         """What one rank allocates: every region, rounded up to 2 MiB."""

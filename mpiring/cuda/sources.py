@@ -94,7 +94,7 @@ def copy_name(unit: int) -> str:
 
 
 _KERNELS = {"fold.cu": ("fold",), "direct.cu": ("oneshot", "twoshot"), "oneshot_ll.cu": ("oneshot_ll",),
-            "notice.cu": ()}
+            "notice.cu": (), "fold_n.cu": ("fold_n",)}
 _PLAIN = {"notice.cu": ["notice"]}  # kernels that are no template
 
 

@@ -14,6 +14,7 @@ node communicator of one job.
 from __future__ import annotations
 
 import logging
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 from mpi4py import MPI
@@ -21,7 +22,7 @@ from mpi4py import MPI
 from ..core.errors import SetupError
 from ..node.setup_steps import allgather
 from ..node.signals import Waiter
-from .layout import MAX_RANKS, StagingLayout
+from .layout import MAX_RANKS
 from .resources import LIVE
 
 log = logging.getLogger(__name__)
@@ -38,11 +39,27 @@ def agree(node: MPI.Intracomm, problem: str | None, timeout: float, what: str) -
         raise SetupError("; ".join(problems))
 
 
-class IpcStaging:
-    """This rank's staging allocation and its mappings of every peer's. Every collective step
-    of set-up and close is bounded by ``timeout``."""
+class Layout(Protocol):
+    """What a staging's layout says to its set-up: :class:`~.layout.StagingLayout` (the
+    communicator's) or :class:`~.alltoall_layout.AllToAllLayout` (the all-to-all two-shot's)."""
 
-    def __init__(self, node: MPI.Intracomm, layout: StagingLayout, timeout: float) -> None:
+    @property
+    def alloc_bytes(self) -> int: ...
+
+    def zero_ranges(self) -> list[tuple[int, int]]: ...
+
+    @property
+    def probe_offset(self) -> int: ...
+
+
+L = TypeVar("L", bound=Layout)
+
+
+class IpcStaging(Generic[L]):
+    """This rank's staging allocation and its mappings of every peer's, laid out by ``layout``.
+    Every collective step of set-up and close is bounded by ``timeout``."""
+
+    def __init__(self, node: MPI.Intracomm, layout: L, timeout: float) -> None:
         import cupy
 
         if node.size > MAX_RANKS:
@@ -59,11 +76,10 @@ class IpcStaging:
         try:
             self.base = rt.malloc(layout.alloc_bytes)
             LIVE["staging"] += 1
-            rt.memset(self.base, 0, layout.control_bytes)  # every flag starts at 0
-            # ... and every oneshot-ll line: a line's flag is its data's only guard
-            rt.memset(self.base + layout.ll_slot(0), 0, 2 * layout.ll_bytes)
+            for offset, nbytes in layout.zero_ranges():  # every flag starts at 0 (and, in the
+                rt.memset(self.base + offset, 0, nbytes)  # main staging, every oneshot-ll line)
             # ... and the probe's rows: recycled memory could hold a pattern of an earlier probe
-            rt.memset(self.base + layout.ring_slot(0), 0, PROBE_BYTES * MAX_RANKS)
+            rt.memset(self.base + layout.probe_offset, 0, PROBE_BYTES * MAX_RANKS)
             rt.deviceSynchronize()  # set-up only: the zeros land before any peer can signal
             everyone = allgather(node, (rt.ipcGetMemHandle(self.base), layout), timeout,
                                  "exchange CUDA IPC handles")
@@ -113,7 +129,7 @@ class IpcStaging:
         if self.size == 1:
             return None
         rt = self._rt
-        words, at = PROBE_BYTES // 4, self.layout.ring_slot(0)  # unused until the first call
+        words, at = PROBE_BYTES // 4, self.layout.probe_offset  # unused until the first call
         patterns = {
             r: (np.arange(words, dtype=np.uint32) * 2654435761 + 97 * r + 1).astype(np.uint32)
             for r in range(self.size)

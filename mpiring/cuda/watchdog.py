@@ -30,7 +30,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any
 
 import numpy as np
 
@@ -83,32 +83,55 @@ class HostStatus:
             LIVE["host_status"] -= 1
 
 
-def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int) -> None:
-    """Abort the communicator from this rank (see the module docstring); enqueued on ``stream``."""
-    import cupy
-
+def abort(staging, layout: StagingLayout, memops: StreamMemOps, stream: int, also: Sequence = ()) -> None:
+    """Abort the communicator from this rank (see the module docstring); enqueued on ``stream``.
+    ``also``: further stagings of this communicator whose flags the waits of its rows poll
+    (:meth:`Watchdog.also_release`), released after the abort words like the main one's."""
     me = staging.rank
     for r in range(staging.size):
         memops.write(stream, staging.addr(r, layout.abort), me + 1)
-    for offset, nbytes in layout.release_ranges():
-        cupy.cuda.runtime.memsetAsync(staging.addr(me, offset), RELEASE_BYTE, nbytes, stream)
+    for held in (staging, *also):
+        release(held, stream)
 
 
-Flags = tuple[tuple[int, int], tuple[int, int]]  # (full[0], full[1]), (free[0], free[1])
-# The engine's diagnosis of a stalled ring call from this rank's flags (full, free): the watchdog
-# reads the flags, the ring layer (mpiring.ring.stall) knows what they mean.
-Diagnose = Callable[[tuple[int, int], tuple[int, int]], MpiringError]
+def release(staging, stream: int) -> None:
+    """Overwrite every flag this rank's waits poll in ``staging`` (its layout's
+    ``release_ranges``) with a value no wait can exceed; enqueued on ``stream``."""
+    import cupy
+
+    for offset, nbytes in staging.layout.release_ranges():
+        cupy.cuda.runtime.memsetAsync(staging.addr(staging.rank, offset), RELEASE_BYTE, nbytes, stream)
+
+
+# The engine's diagnosis of a stalled call from this rank's flags, as its FlagReader decoded
+# them (the ring's: (full, free)): the watchdog reads the flags, the layer that wrote the
+# schedule (mpiring.ring.stall, mpiring.ring.alltoall_engine) knows what they mean.
+Diagnose = Callable[[Hashable], MpiringError]
+FLAG_BYTES = 64 * 8  # the most flag bytes a reader may ask for (the pinned copy's size)
+
+
+@dataclass(frozen=True)
+class FlagReader:
+    """Which flags show a call's progress: the first ``nbytes`` of this rank's ``staging``
+    (at most :data:`FLAG_BYTES`), as ``decode(words)`` makes of their 64-bit words: a value
+    compared between looks (a change is progress) and handed to the call's diagnosis."""
+
+    staging: Any
+    nbytes: int
+    decode: Callable[[np.ndarray], Hashable]
 
 
 @dataclass
 class _Call:
     start: int  # event recorded on the caller's stream before the call
     end: int  # ... and after it
-    # What the ring's flags say of where the call is stuck (full, free) -> the error; None: a
-    # call of the event-signalled ring (no flags to diagnose).
+    # What the call's flags say of where it is stuck -> the error; None: a call of the
+    # event-signalled ring (no flags to diagnose).
     diagnose: Diagnose | None
     base: int  # sequence number of its first transfer
     progress: Callable[[], Hashable] | None = None  # the event ring's: what it sees move instead
+    reader: FlagReader | None = None  # the flags to read (None with diagnose: the ring's)
+    algorithm: str = "ring"  # the row, for the error when the flags cannot be read
     clock: ProgressClock | None = None  # from when the watchdog first saw it running
 
 
@@ -135,9 +158,15 @@ class Watchdog:
         LIVE["streams"] += 1
         # A copy of control words [0, 512), in pinned memory: the copy into it is asynchronous,
         # so a read whose stream is blocked cannot block this thread (it is bounded below).
-        self._flags_ptr = rt.hostAlloc(64 * 8, 0)
+        self._flags_ptr = rt.hostAlloc(FLAG_BYTES, 0)
         LIVE["host_status"] += 1  # (pinned host blocks)
-        self._flags = np.ctypeslib.as_array((ctypes.c_int64 * 64).from_address(self._flags_ptr))
+        words = ctypes.c_int64 * (FLAG_BYTES // 8)
+        self._flags = np.ctypeslib.as_array(words.from_address(self._flags_ptr))
+        lay = self.layout
+        # The ring's flags: (full[0], full[1]), (free[0], free[1]) of this rank's staging.
+        self._ring_reader = FlagReader(staging, FLAG_BYTES, lambda w: (
+            (int(w[lay.ring_full(0) // 8]), int(w[lay.ring_full(1) // 8])),
+            (int(w[lay.ring_free(0) // 8]), int(w[lay.ring_free(1) // 8]))))
         self.retired = 0  # ring calls finished so far: progress, for a drain that waits on them
         self._free: list[tuple[int, int]] = []
         for _ in range(DEPTH):
@@ -146,6 +175,7 @@ class Watchdog:
             self._free.append(pair)
             LIVE["events"] += 2
         self._pending: deque[_Call] = deque()
+        self._also: list = []  # further stagings an abort releases (also_release)
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"mpiring-watchdog-{self.rank}",
@@ -167,17 +197,29 @@ class Watchdog:
             return self._free.pop()
 
     def watch(self, events: tuple[int, int], base: int, diagnose: Diagnose | None,
-              progress: Callable[[], Hashable] | None = None) -> None:
-        """Follow a ring call whose start and end events were recorded around it; ``base`` is
-        the sequence number of its first transfer. ``diagnose(full, free)``: the error of the
-        call stuck with this rank's flags at those values. A call of the event ring
-        (``diagnose`` None) has no flags: ``progress()``, if given, is what moves as it does
-        (read from this thread)."""
+              progress: Callable[[], Hashable] | None = None, reader: FlagReader | None = None,
+              algorithm: str = "ring") -> None:
+        """Follow a call whose start and end events were recorded around it; ``base`` is the
+        sequence number of its first transfer (or round). ``diagnose(flags)``: the error of the
+        call stuck with this rank's flags at those values, as ``reader`` decodes them (default:
+        the ring's flags of the communicator's staging, decoded as ``(full, free)``; ``algorithm``
+        names the row in the error where the flags cannot be read). A call of
+        the event ring (``diagnose`` None) has no flags: ``progress()``, if given, is what
+        moves as it does (read from this thread)."""
+        if reader is not None and not 0 < reader.nbytes <= FLAG_BYTES:
+            raise ValueError(f"a flag reader may read 1 to {FLAG_BYTES} bytes, not {reader.nbytes}")
         with self._cond:
             idle = not self._pending
-            self._pending.append(_Call(events[0], events[1], diagnose, base, progress))
+            self._pending.append(_Call(events[0], events[1], diagnose, base, progress, reader, algorithm))
             if idle:  # the thread sleeps on the condition only while nothing is pending: waking
                 self._cond.notify_all()  # it per call costs the caller GIL hand-offs
+
+    def also_release(self, staging) -> None:
+        """Release ``staging``'s flags too when this watchdog aborts the communicator: a row with
+        a staging of its own (e.g. ce-twoshot's, made at its first call) whose waits are stream
+        memory operations, which only a release can end once a peer is gone."""
+        with self._cond:
+            self._also.append(staging)
 
     def give_back(self, events: tuple[int, int]) -> None:
         """Return a pair from :meth:`events` that no call recorded after all."""
@@ -276,8 +318,9 @@ class Watchdog:
         or a read of the flags that did not complete within a second."""
         if call.diagnose is None:
             return None if call.progress is None else call.progress()
-        rt, lay = self._rt, self.layout
-        rt.memcpyAsync(self._flags_ptr, self.staging.addr(self.rank, 0), self._flags.nbytes,
+        rt, reader = self._rt, call.reader or self._ring_reader
+        staging = reader.staging
+        rt.memcpyAsync(self._flags_ptr, staging.addr(staging.rank, 0), reader.nbytes,
                        rt.memcpyDeviceToHost, self._rescue.ptr)
         # The rescue stream never waits on a flag, but may share a hardware queue with one that
         # does (more streams than CUDA_DEVICE_MAX_CONNECTIONS): so the read is bounded too.
@@ -286,10 +329,7 @@ class Watchdog:
             time.sleep(POLL / 5)
         if rt.streamQuery(self._rescue.ptr) != 0:
             return None
-        words = self._flags
-        full = (int(words[lay.ring_full(0) // 8]), int(words[lay.ring_full(1) // 8]))
-        free = (int(words[lay.ring_free(0) // 8]), int(words[lay.ring_free(1) // 8]))
-        return full, free
+        return reader.decode(self._flags[:reader.nbytes // 8])
 
     def _fire(self, call: _Call, flags: Hashable | None) -> None:
         """The call went the timeout without progress: name the late peer from ``flags`` (what
@@ -300,15 +340,14 @@ class Watchdog:
                 self.me, self.timeout, "the event-signalled ring call to finish on the GPU (a "
                 "peer's copy or fold never completed)", hint=ABORT_HINT,
             ).locate("in the ring-events algorithm", algorithm="ring-events", seq=call.base)
-            abort(self.staging, lay, self.memops, self._rescue.ptr)
+            abort(self.staging, lay, self.memops, self._rescue.ptr, self._also)
             return
         if flags is not None:
-            full, free = cast(Flags, flags)
-            self.error = call.diagnose(full, free)
+            self.error = call.diagnose(flags)
         else:
             self.error = MpiringTimeoutError(
-                self.me, self.timeout, "the ring call to finish on the GPU (this rank's flags "
-                "could not be read: its GPU queues are blocked)", hint=ABORT_HINT,
-            ).locate("in the ring algorithm", algorithm="ring", seq=call.base)
+                self.me, self.timeout, f"the {call.algorithm} call to finish on the GPU (this rank's "
+                "flags could not be read: its GPU queues are blocked)", hint=ABORT_HINT,
+            ).locate(f"in the {call.algorithm} algorithm", algorithm=call.algorithm, seq=call.base)
         log.debug("rank %d: %s", self.rank, self.error)
-        abort(self.staging, lay, self.memops, self._rescue.ptr)
+        abort(self.staging, lay, self.memops, self._rescue.ptr, self._also)

@@ -97,6 +97,7 @@ class Fold(NamedTuple):
 Operation = Wait | Signal | Copy | Fold
 
 
+
 class Rounds(NamedTuple):
     """Rounds each stage ran in the earlier calls of one communicator (flags count from them)."""
 
@@ -171,11 +172,29 @@ class AllToAllPlan:
 
     def streams(self, rank: int, done: Rounds) -> dict[Stream, list[Operation]]:
         """``rank``'s operations per stream for this call, after the rounds ``done`` before it."""
+        plan: dict[Stream, list[Operation]] = {}
+        for stream, op in self.issue_order(rank, done):
+            plan.setdefault(stream, []).append(op)
+        return plan
+
+    def issue_order(self, rank: int, done: Rounds) -> list[tuple[Stream, Operation]]:
+        """``rank``'s operations in the order to enqueue them: round by round (a round's pushes,
+        its fold, its gather pushes, its collects). Enqueued so, the call completes even where
+        every operation of a rank runs strictly in this order, one after the other: the worst
+        case of streams sharing a hardware queue (more streams than
+        ``CUDA_DEVICE_MAX_CONNECTIONS``). Why: a wait of round ``k`` needs only work of rounds
+        before ``k`` on any rank, or work of round ``k`` that comes earlier in its rank's order
+        and waits on nothing of round ``k`` itself (the pushes before the fold, the fold and the
+        gather pushes before the collects); ``tests/test_alltoall_schedule.py`` runs it so."""
+        order: list[tuple[Stream, Operation]] = []
+
+        def add(stream: Stream, ops: list[Operation]) -> None:
+            order.extend((stream, op) for op in ops)
+
         n, me = self.size, rank
-        peers = [p for p in range(n) if p != me]
-        plan: dict[Stream, list[Operation]] = {("rs", o): [] for o in peers}
-        plan.update({("ag", o): [] for o in peers})
-        plan.update(fold=[], collect=[])
+        # Peers from the next rank on: in each round rank r pushes first to r + 1, so the ranks'
+        # first pushes go to different GPUs (a shared push stream then spreads the load).
+        peers = [(me + j) % n for j in range(1, n)]
         scatter, gather = self.scatters, self.gathers
         # In place, a reduce-scatter's fold writes block 0's pieces (see the module docstring).
         compact_in_place = self.in_place and self.phase is Phase.REDUCE_SCATTER
@@ -187,11 +206,11 @@ class AllToAllPlan:
             if scatter:
                 for o in peers:
                     lo, hi = self.piece(o, k)
-                    plan[("rs", o)] += [Wait(("inbound_free", me, o), use - SLOTS),
-                                        Copy(self._source(me, o, k), ("inbound", o, slot, me), hi - lo),
-                                        Signal(("arrived", o, me), use)]
+                    add(("rs", o), [Wait(("inbound_free", me, o), use - SLOTS),
+                                    Copy(self._source(me, o, k), ("inbound", o, slot, me), hi - lo),
+                                    Signal(("arrived", o, me), use)])
                     if compact_in_place and o == 0:
-                        plan[("rs", o)].append(Signal(("pushed", me, 0), use))
+                        add(("rs", o), [Signal(("pushed", me, 0), use)])
                 fold: list[Operation] = [Wait(("arrived", me, src), use) for src in peers]
                 if compact_in_place and me != 0:
                     fold.append(Wait(("pushed", me, 0), use))  # the fold overwrites block 0's piece
@@ -200,24 +219,25 @@ class AllToAllPlan:
                 fold.append(Fold(sources, self._result(me, me, k), width))
                 fold += [Signal(("inbound_free", src, me), use) for src in peers]
                 fold.append(Signal(("folded", me, me), use))
-                plan["fold"] += fold
+                add("fold", fold)
             if gather:
                 # What the owner pushes: its reduced piece, or (all-gather) its input piece, which
                 # out of place is also copied into its own output.
                 held = self._result(me, me, k) if scatter else self._source(me, me, k)
                 if not scatter and not self.in_place:
-                    plan["collect"].append(Copy(held, self._result(me, me, k), width))
+                    add("collect", [Copy(held, self._result(me, me, k), width)])
                 for o in peers:
-                    plan[("ag", o)] += ([Wait(("folded", me, me), use)] if scatter else []) + [
-                        Wait(("gather_free", me, o), g_use - SLOTS),
-                        Copy(held, ("gather", o, g_slot, me), width),
-                        Signal(("gathered", o, me), g_use)]
+                    push: list[Operation] = [Wait(("folded", me, me), use)] if scatter else []
+                    push += [Wait(("gather_free", me, o), g_use - SLOTS),
+                             Copy(held, ("gather", o, g_slot, me), width),
+                             Signal(("gathered", o, me), g_use)]
+                    add(("ag", o), push)
                 for o in peers:
                     lo, hi = self.piece(o, k)
-                    plan["collect"] += [Wait(("gathered", me, o), g_use),
-                                        Copy(("gather", me, g_slot, o), self._result(me, o, k), hi - lo),
-                                        Signal(("gather_free", o, me), g_use)]
-        return {s: ops for s, ops in plan.items() if ops}
+                    add("collect", [Wait(("gathered", me, o), g_use),
+                                    Copy(("gather", me, g_slot, o), self._result(me, o, k), hi - lo),
+                                    Signal(("gather_free", o, me), g_use)])
+        return order
 
     def staging_elements(self) -> int:
         """Elements of staging one rank holds: inbound and gather areas, per slot, per peer."""

@@ -23,6 +23,9 @@ def locate(err: MpiringTimeoutError, plan: RingPlan, tr: Transfer, is_send: bool
     err.locate(where, algorithm="ring", step=step, seq=seq)
 
 
+RingFlags = tuple[tuple[int, int], tuple[int, int]]  # (full[0], full[1]), (free[0], free[1])
+
+
 def ring_stall(plan: RingPlan, rank: int, base: int, full: tuple[int, int],
                free: tuple[int, int]) -> tuple[bool, Transfer, int] | None:
     """Where a ring call of ``rank`` whose first transfer is ``base`` is stuck, given the

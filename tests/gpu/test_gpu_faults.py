@@ -33,8 +33,9 @@ T = 1.0  # MPIRING_TIMEOUT of the jobs
 SLACK = 3.0
 RANKS = min(4, cupy.cuda.runtime.getDeviceCount())
 VICTIM = 1
-COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20}  # as in the script
+COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20, "ce-twoshot": 8 << 20}  # as in the script
 DIRECT = ("oneshot", "twoshot")
+COPY_ENGINE_OUTPUT = ("ce-twoshot",)  # rows whose output is written by copy engines
 
 
 class Job:
@@ -82,7 +83,10 @@ def check_failure(job: Job, algo: str) -> None:
         else:
             assert "aborted this communicator" in f["message"] or "gave up" in f["message"], f
         assert f["input_intact"], f"rank {r}: the input was written"
-        assert f["output_later"] == f["output"], f"rank {r}: the output changed after the error: {f}"
+        # ce-twoshot's collects are copy-engine copies: once the abort releases their waits
+        # they run, and may copy stale pieces into the output after the error (docs/design.md).
+        if algo not in COPY_ENGINE_OUTPUT:
+            assert f["output_later"] == f["output"], f"rank {r}: the output changed after the error: {f}"
         if algo in DIRECT:
             assert f["output"]["untouched"] == COUNTS[algo], f"rank {r}: output written: {f}"
         close = job.records[r]["close"]
@@ -96,7 +100,7 @@ def _two_gpus():
         pytest.skip("needs 2 GPUs")
 
 
-@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot"])
+@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot", "ce-twoshot"])
 def test_rank_killed_while_its_call_runs(tmp_path: Path, algo: str) -> None:
     """The victim dies (SIGKILL) once it has enqueued call 2 (none of its part ran); the
     others' GPUs wait on its flags.
@@ -118,7 +122,7 @@ def test_control_without_the_gpu_timeouts_the_kill_test_fails(tmp_path: Path, al
         check_failure(job, algo)
 
 
-@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot"])
+@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot", "ce-twoshot"])
 def test_rank_stopped_past_the_timeout(tmp_path: Path, algo: str) -> None:
     """The victim is stopped (SIGSTOP) before call 2 for 3 timeouts, then resumes and calls:
     the others fail as above; the victim then gets an error naming them, its output untouched.
@@ -130,7 +134,7 @@ def test_rank_stopped_past_the_timeout(tmp_path: Path, algo: str) -> None:
     assert f["elapsed"] < 1.0 and f["output"]["untouched"] == COUNTS[algo], f
 
 
-@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot"])
+@pytest.mark.parametrize("algo", ["ring", "oneshot", "twoshot", "ce-twoshot"])
 def test_rank_skips_a_call(tmp_path: Path, algo: str) -> None:
     """The victim skips call 2 (agreement check off): the others' GPU waits time out; the
     victim's close then raises PeerFailedError at once. Protection: as above."""

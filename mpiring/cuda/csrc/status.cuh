@@ -32,6 +32,7 @@
 #define ST_KIND_TWOSHOT 3
 #define ST_KIND_ONESHOT_LL 4
 #define ST_KIND_NOTICE 5  // notice.cu: a rank's stand-in for a call it could not run
+#define ST_KIND_CE_TWOSHOT 6  // fold_n.cu: the all-to-all copy-engine two-shot's fold
 
 // Record a failure in the host status block (first report wins: the fields are written
 // before STATE, behind a system fence, so the host never reads a half-written report).

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "faults" / "scripts
 from fault_record import close, event, save, state, wait_for  # noqa: E402 - shared with the host faults
 
 POISON = -12345.0
-COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20}  # elements of float32
+COUNTS = {"ring": 8 << 20, "oneshot": 50_000, "twoshot": 4 << 20, "ce-twoshot": 8 << 20}  # float32 elements
 SPIN = cupy.RawKernel(r"""
 extern "C" __global__ void spin(long long ns) {
   long long t0, t;

@@ -1,0 +1,249 @@
+"""``ce-twoshot``: the all-to-all two-shot on copy engines, for nodes where every GPU reaches
+every other directly (NVLink through NVSwitch).
+
+Each rank owns one block of the message (the ring's split). Round by round, every rank pushes
+its piece of every other owner's block into that owner's staging with a copy engine, to all
+peers at once (one stream per peer); the owner folds the ``n`` pieces in rank order with
+``csrc/fold_n.cu`` (widened, rounded once: the bits of oneshot and twoshot) while the next
+round's pushes run; then it pushes the reduced piece into every peer's staging, and each rank
+copies the pieces it gathered into its output. The SMs do only the fold: it reads the ``n``
+copies once and writes one, ``(n + 1) / n`` of the message in memory traffic per rank (the
+ring's folds: about ``3 (n - 1) / n``). The copies, waits and signals are copy-engine copies and
+stream memory operations: the host enqueues a call and returns.
+
+* schedule: :mod:`mpiring.ring.alltoall_schedule` (pure data; every interleaving tested);
+* device work: :mod:`mpiring.ring.alltoall_engine` (tested over simulated GPUs);
+* staging: :mod:`mpiring.cuda.alltoall_layout`, a second IPC allocation per rank made at the
+  row's first call (collective: every rank's first call of the row is the same call), of
+  ``4 (n - 1)`` areas of :data:`AREA_BYTES` (98 MiB per rank on 4 GPUs, 226 MiB on 8);
+* a stall: the communicator's watchdog follows each call and, past the timeout, aborts the
+  communicator, releasing this staging's flags too (the fold then writes nothing).
+
+Not capturable in a CUDA graph: a call's flag values are fixed when it is enqueued. Serves
+``Reduce_scatter_block`` and ``Allgather`` with the same schedule's phases.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from ..core import settings
+from ..core.ops import Op
+from ..cuda import sources
+from ..cuda.alltoall_layout import AllToAllLayout
+from ..cuda.launcher import PackedLaunch, function_handle
+from ..cuda.resources import LIVE
+from ..cuda.staging import IpcStaging
+from ..cuda.status import ABORT_HINT
+from ..cuda.watchdog import FlagReader
+from ..ring.alltoall_engine import AllToAllEngine
+from ..ring.alltoall_schedule import AllToAllPlan
+from ..ring.schedule import Phase
+from ..ring.transports.cuda_ipc import high_priority_stream
+from .base import GPU, Algorithm, Call
+
+if TYPE_CHECKING:
+    from ..context.base import Backend
+    from ..context.gpu import GpuBackend
+
+NAME = "ce-twoshot"
+CODE = 12
+AREA_BYTES = 8 << 20  # one round's piece per peer: 8 MiB pieces keep the copy engines near their peak
+THREADS = 256
+_SOURCE = "fold_n.cu"
+_PARAMS = ("ptr", "ptr", "ptr", "i32", "i32", "i64", "i32", "ptr", "ptr")  # as csrc/fold_n.cu declares them
+
+
+@functools.cache
+def _fold_function(dtype: str, op: Op) -> int:
+    """The ``CUfunction`` of ``fold_n`` for ``dtype`` and ``op``, compiled alone at first use."""
+    import cupy
+
+    name = sources.kernel_name("fold_n", dtype, op)
+    module = cupy.RawModule(code=sources.source(_SOURCE), options=sources.OPTIONS, name_expressions=[name])
+    return function_handle(module.get_function(name))
+
+
+class _CudaDevice:
+    """:class:`mpiring.ring.alltoall_engine.Device` on CUDA: stream memory operations, copy-engine
+    copies and ``fold_n`` launches. :meth:`prepare` fixes the call's kernel and item size."""
+
+    def __init__(self, gpu: GpuBackend) -> None:
+        import cupy
+
+        self._rt = cupy.cuda.runtime
+        self._memops = gpu.memops
+        self._launch = PackedLaunch(_PARAMS, THREADS)
+        staging, status = gpu.staging, gpu.status
+        assert staging is not None and status is not None  # made with the context
+        # fold_n's last parameters: the communicator's abort word and its host status block
+        self._guard = (staging.addr(staging.rank, gpu.layout.abort), status.ptr)
+        self._max_blocks = gpu.kernel.max_blocks
+        self._fn, self._itemsize = 0, 1
+
+    def prepare(self, fn: int, itemsize: int) -> None:
+        self._fn, self._itemsize = fn, itemsize
+
+    def wait_geq(self, stream: int, addr: int, value: int) -> None:
+        self._memops.wait_geq(stream, addr, value)
+
+    def write(self, stream: int, addr: int, value: int) -> None:
+        self._memops.write(stream, addr, value)
+
+    def copy(self, stream: int, dst: int, src: int, nbytes: int) -> None:
+        self._rt.memcpyAsync(dst, src, nbytes, self._rt.memcpyDeviceToDevice, stream)
+
+    def fold(self, stream: int, out: int, mine: int, table: int, me: int, ranks: int, count: int) -> None:
+        if count == 0:
+            return
+        vectorized = (out | mine) % 16 == 0  # the staging's areas are 256-byte aligned
+        per_thread = 16 // self._itemsize if vectorized else 1
+        blocks = min(self._max_blocks, -(-count // (THREADS * per_thread)))
+        self._launch(self._fn, blocks, stream, out, mine, table, me, ranks, count, int(vectorized),
+                     *self._guard)
+
+
+class _State:
+    """What the row keeps per communicator (made at its first call): its staging, streams,
+    events and engine. Closed with the communicator (:meth:`close`)."""
+
+    def __init__(self, gpu: GpuBackend) -> None:
+        import cupy
+
+        self._rt = rt = cupy.cuda.runtime
+        self.gpu = gpu
+        me, n = gpu.node_rank, gpu.node_size
+        self.layout = AllToAllLayout(n, AREA_BYTES)
+        # Collective (every rank's first call of the row is the same call: the agreement check
+        # saw to it) and bounded; a failure is the same SetupError on every rank.
+        self.staging = IpcStaging(gpu.groups.node, self.layout, gpu.timeouts.seconds)
+        self._streams: dict[Any, Any] = {}
+        self._distinct: list[Any] = []
+        self._start, self._ends = 0, []
+        try:
+            self.device = _CudaDevice(gpu)
+            peers = [p for p in range(n) if p != me]
+            # One copy stream pushed at 385 GB/s on 4 x H200 where three at once moved 236 GB/s
+            # together (tools.ce_patterns): by default each phase's pushes share one stream. The
+            # issue order is safe either way (it completes on one queue per GPU).
+            if settings.text("MPIRING_CE_PUSH_STREAMS") == "peer":
+                streams: dict[Any, Any] = {("rs", p): cupy.cuda.Stream(non_blocking=True) for p in peers}
+                streams.update({("ag", p): cupy.cuda.Stream(non_blocking=True) for p in peers})
+            else:
+                rs, ag = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+                streams = {("rs", p): rs for p in peers} | {("ag", p): ag for p in peers}
+            streams["fold"] = high_priority_stream(cupy)  # beside a GEMM a fold must not wait long
+            streams["collect"] = cupy.cuda.Stream(non_blocking=True)
+            self._streams = streams
+            self._distinct = list({id(x): x for x in streams.values()}.values())  # each stream once
+            LIVE["streams"] += len(self._distinct)
+            local = rt.eventDisableTiming
+            self._start = rt.eventCreateWithFlags(local)
+            LIVE["events"] += 1
+            for _ in self._distinct:
+                self._ends.append(rt.eventCreateWithFlags(local))
+                LIVE["events"] += 1
+            self.engine = AllToAllEngine(me, self.layout, self.staging.addr, self.device,
+                                         {key: s.ptr for key, s in self._streams.items()})
+            for slot in range(2):  # the fold tables: written once, the areas never move
+                words = np.array(self.engine.fold_table(slot), dtype=np.uint64)
+                rt.memcpy(self.staging.addr(me, self.layout.fold_table(slot)), words.ctypes.data,
+                          words.nbytes, rt.memcpyHostToDevice)
+            assert gpu.watchdog is not None  # made with the context, before any call
+            gpu.watchdog.also_release(self.staging)  # an abort must end this staging's waits too
+            self._reader = FlagReader(self.staging, self.layout.flags_end, lambda w: tuple(int(x) for x in w))
+        except BaseException:
+            self.close(abandon=True)  # peers may have succeeded: wait for no one
+            raise
+
+    def enqueue(self, plan: AllToAllPlan, call: Call, stream: Any) -> None:
+        """``plan`` on this rank's streams, after what ``stream`` holds; ``stream`` then waits
+        for all of it. The watchdog follows the call."""
+        rt, recv, watchdog = self._rt, call.recv, self.gpu.watchdog
+        assert watchdog is not None  # made with the context, before any call
+        self.device.prepare(_fold_function(recv.dtype.name, call.op), recv.dtype.itemsize)
+        pair = watchdog.events()
+        rt.eventRecord(pair[0], stream.ptr)
+        rt.eventRecord(self._start, stream.ptr)
+        for s in self._distinct:
+            rt.streamWaitEvent(s.ptr, self._start, 0)
+        before = self.engine.done  # the rounds of the earlier calls: this call's flags go on from there
+        try:
+            self.engine.enqueue(plan, call.source.address, recv.address, recv.dtype.itemsize)
+        except BaseException:
+            watchdog.give_back(pair)
+            raise
+        finally:
+            for s, end in zip(self._distinct, self._ends, strict=True):
+                rt.eventRecord(end, s.ptr)
+                rt.streamWaitEvent(stream.ptr, end, 0)
+        rt.eventRecord(pair[1], stream.ptr)
+        engine, timeout, names = self.engine, self.gpu.timeouts.seconds, self.gpu.groups.node_ranks
+        # The watchdog reads this staging's flags: they move as the call does (progress), and
+        # where they stop says which peer is late.
+        diagnose = lambda words: engine.stall_error(plan, before, cast(tuple, words), timeout,  # noqa: E731
+                                                    ABORT_HINT, names)
+        watchdog.watch(pair, before.scatter + before.gather, diagnose, reader=self._reader, algorithm=NAME)
+
+    def close(self, abandon: bool = False) -> None:
+        """Drop the streams and events (the context drained the calls first) and close the
+        staging (collective, bounded; ``abandon``: keep our allocation, wait for no one)."""
+        for event in (self._start, *self._ends):
+            if event:
+                self._rt.eventDestroy(event)
+                LIVE["events"] -= 1
+        self._start, self._ends = 0, []
+        LIVE["streams"] -= len(self._distinct)
+        self._streams.clear()
+        self._distinct = []
+        self.staging.close(abandon=abandon)
+
+
+def _run(backend: Backend, call: Call, phase: Phase) -> None:
+    gpu = cast("GpuBackend", backend)
+    recv, n = call.recv, gpu.node_size
+    stream = gpu.ordered_stream()
+    in_place = call.send is None
+    if phase is Phase.ALLREDUCE:
+        count = recv.count
+    elif phase is Phase.REDUCE_SCATTER:  # the input holds n blocks; in place, recv does
+        count = recv.count if in_place else call.source.count
+    else:  # all-gather: the output holds n blocks
+        count = recv.count
+    if count == 0:
+        return
+    if n == 1:  # one rank: the result is the input
+        if not in_place:
+            gpu.copy(recv.address, call.source.address, call.source.nbytes, stream)
+        return
+    state = gpu.state(NAME, lambda: _State(gpu))
+    chunk = state.engine.chunk(recv.dtype.itemsize)
+    state.enqueue(AllToAllPlan(n, count, chunk, phase, in_place), call, stream)
+
+
+def run(backend: Backend, call: Call) -> None:
+    _run(backend, call, Phase.ALLREDUCE)
+
+
+def reduce_scatter(backend: Backend, call: Call) -> None:
+    _run(backend, call, Phase.REDUCE_SCATTER)
+
+
+def allgather(backend: Backend, call: Call) -> None:
+    _run(backend, call, Phase.ALLGATHER)
+
+
+ROW = Algorithm(
+    NAME, CODE, GPU, run,
+    summary="all-to-all two-shot on copy engines: every rank pushes each owner's piece to it at "
+            "once, the owner folds the n pieces in rank order (one kernel), then pushes the "
+            "result to every rank; GPU-signalled",
+    best_for="large messages on NVSwitch nodes, leaving the SMs to compute",
+    # Every element is reduced in rank order (csrc/fold_n.cu), but the row is not yet marked
+    # rank_ordered: reproducible=True would then run it (the only GPU row with a reduce-scatter)
+    # before it has run on a GPU.
+    reduce_scatter=reduce_scatter, allgather=allgather,
+)
