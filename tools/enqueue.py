@@ -72,7 +72,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--algo", default=None,
                    help="comma-separated algorithms (default: every one that serves the memory)")
     p.add_argument("--profile", default=None, metavar="ALGO", help="cProfile this algorithm's calls")
-    p.add_argument("--profile-check", default="off", choices=("gpu", "host", "off"),
+    p.add_argument("--profile-check", default="off", choices=tuple(PROFILE_CHECKS),
                    help="the agreement check of the profiled calls (default off; gpu: as by default)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--gpu", dest="mode", action="store_const", const=GPU, default=AUTO)

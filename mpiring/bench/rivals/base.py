@@ -83,11 +83,14 @@ def element_count(arr: Any) -> int:
     return int(numel()) if callable(numel) else int(arr.size)
 
 
-def current_stream_pointer() -> int:
-    """CuPy's current stream (the one the bench's timer records on), as a ``cudaStream_t``."""
+def current_stream_reader() -> Callable[[], int]:
+    """A reader of CuPy's current stream (the one the bench's timer records on, or its capture
+    stream under ``--graph``) as a ``cudaStream_t``, read at every call, with the lookup bound
+    once: what a rival's timed call asks per call."""
     import cupy
 
-    return int(cupy.cuda.get_current_stream().ptr)
+    current = cupy.cuda.get_current_stream
+    return lambda: int(current().ptr)
 
 
 def missing(module: str, hint: str, package: str = "") -> str | None:

@@ -25,7 +25,7 @@ from typing import Any
 from ...core import settings
 from ...core.errors import InvalidArgumentError
 from ..measure import agree
-from .base import Rival, RivalContext, device_pointer
+from .base import Rival, RivalContext, current_stream_reader, device_pointer
 from .direct_calls import BFLOAT16_SINCE, nccl_version
 from .env import multicast_off
 from .nccl_symm import DTYPES, OPS  # nccl.h's ncclDataType_t and ncclRedOp_t, one table
@@ -161,7 +161,7 @@ class NcclLib(Rival):
         lib, comm = self.lib, self.comm
         assert lib is not None and comm is not None, "setup() first"
         all_reduce, check = lib.all_reduce, lib.check
-        stream = self.stream if self.stream is not None else _cupy_stream()
+        stream = self.stream if self.stream is not None else current_stream_reader()
         datatype, op = ctypes.c_int(self.codes[0]), ctypes.c_int(self.codes[1])
         count = ctypes.c_size_t(int(bufs.count))
         recv = ctypes.c_void_p(device_pointer(bufs.recv))
@@ -185,15 +185,6 @@ class NcclLib(Rival):
             pass
         self.lib.check(self.lib.comm_destroy(self.comm), "ncclCommDestroy")
         self.comm = None
-
-
-def _cupy_stream() -> Callable[[], int]:
-    """CuPy's current stream's handle, read at every call (the bench's stream, or its capture
-    stream under ``--graph``), with the lookup bound once."""
-    import cupy
-
-    current = cupy.cuda.get_current_stream
-    return lambda: current().ptr
 
 
 def _codes(dtype: str, op: str, version: tuple[int, ...]) -> tuple[int, int]:

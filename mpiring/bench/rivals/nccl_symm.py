@@ -26,7 +26,7 @@ from typing import Any
 
 from ...core.install import pip_install
 from ..measure import agree
-from .base import Rival, RivalContext, current_stream_pointer, device_pointer, missing
+from .base import Rival, RivalContext, current_stream_reader, device_pointer, missing
 from .env import multicast_off
 
 HINT = (f"{pip_install('peers')} (nccl4py), beside the nvidia-nccl wheel of the cuda13 or cuda12 "
@@ -121,9 +121,10 @@ class NcclSymm(Rival):
         nbytes = count * bufs.gen.dtype.itemsize
         recv = device_pointer(bufs.recv)
         send = recv if in_place else device_pointer(bufs.send)
+        current_stream = current_stream_reader()
 
         def call() -> None:
-            stream = current_stream_pointer()
+            stream = current_stream()
             memcpy(window, send, nbytes, D2D, stream)
             all_reduce(window, window, count, dtype, op, handle, stream)
             memcpy(recv, window, nbytes, D2D, stream)

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..capture import capture_guard
 from ..measure import agree
-from .base import RivalContext, missing
+from .base import RivalContext, current_stream_reader, missing
 from .env import multicast_off
 
 TORCH_HINT = "install a CUDA build of torch to measure the torch rivals"
@@ -162,9 +162,7 @@ class TorchSession:
     def on_current(self, op: Callable[[], None]) -> Callable[[], None]:
         """``op`` made to enqueue on CuPy's current stream (the bench's timer's), without a
         stream switch per call (see the module docstring)."""
-        import cupy
-
-        current = cupy.cuda.get_current_stream  # bound once: a lookup per call, no import
+        current = current_stream_reader()
 
         def call() -> None:
             # The one per-call cost: CuPy's stream pointer against the stream torch's current
@@ -174,7 +172,7 @@ class TorchSession:
             # loop does once it has set its stream. A context manager per call instead (what
             # this replaced) queried and set torch's stream on every call, host time the torch
             # rows paid and torch's users do not.
-            ptr = current().ptr
+            ptr = current()
             if ptr != self._followed:
                 self.follow(ptr)
             op()
