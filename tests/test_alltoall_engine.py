@@ -64,9 +64,12 @@ class SimDevice:
         self.queues.setdefault(-1 if self.serial else stream, deque()).append(op)
 
     def wait_geq(self, stream: int, addr: int, value: int) -> None:
+        # cuStreamWaitValue64 takes an unsigned value; a wait that always holds is not issued.
+        assert 0 < value < 1 << 64, f"a device wait for {value}"
         self._put(stream, ("wait", addr, value))
 
     def write(self, stream: int, addr: int, value: int) -> None:
+        assert 0 < value < 1 << 64, f"a device write of {value}"
         self._put(stream, ("write", addr, value))
 
     def copy(self, stream: int, dst: int, src: int, nbytes: int) -> None:

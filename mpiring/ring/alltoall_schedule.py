@@ -97,6 +97,12 @@ class Fold(NamedTuple):
 Operation = Wait | Signal | Copy | Fold
 
 
+def _wait(flag: Flag, value: int) -> list[Operation]:
+    """A wait for ``flag >= value``, or none where it always holds: flags start at 0, and a
+    device wait takes an unsigned value (the first rounds' "slot free" waits are for round
+    ``use - SLOTS`` <= 0)."""
+    return [Wait(flag, value)] if value > 0 else []
+
 
 class Rounds(NamedTuple):
     """Rounds each stage ran in the earlier calls of one communicator (flags count from them)."""
@@ -206,7 +212,7 @@ class AllToAllPlan:
             if scatter:
                 for o in peers:
                     lo, hi = self.piece(o, k)
-                    add(("rs", o), [Wait(("inbound_free", me, o), use - SLOTS),
+                    add(("rs", o), [*_wait(("inbound_free", me, o), use - SLOTS),
                                     Copy(self._source(me, o, k), ("inbound", o, slot, me), hi - lo),
                                     Signal(("arrived", o, me), use)])
                     if compact_in_place and o == 0:
@@ -228,7 +234,7 @@ class AllToAllPlan:
                     add("collect", [Copy(held, self._result(me, me, k), width)])
                 for o in peers:
                     push: list[Operation] = [Wait(("folded", me, me), use)] if scatter else []
-                    push += [Wait(("gather_free", me, o), g_use - SLOTS),
+                    push += [*_wait(("gather_free", me, o), g_use - SLOTS),
                              Copy(held, ("gather", o, g_slot, me), width),
                              Signal(("gathered", o, me), g_use)]
                     add(("ag", o), push)
