@@ -456,9 +456,13 @@ class Communicator:
 
     def max_bytes(self, algorithm: str, *, gpu: bool | None = None) -> int | None:
         """The largest message ``algorithm`` takes on this communicator's GPU (or host) arrays,
-        in bytes; None: no limit (e.g. oneshot's slot on this rank count, oneshot-ll's 64 KiB)."""
+        in bytes (e.g. oneshot's slot on this rank count, oneshot-ll's share of its slots); None:
+        no limit, as for ``"auto"``, which picks a row that takes the message."""
         memory = Memory.CUDA if (self.gpu if gpu is None else gpu) else Memory.HOST
-        return algorithms.get(algorithms.check_name(algorithm)).max_bytes(self._dispatch.backend(memory))
+        name = algorithms.check_name(algorithm)
+        if name == algorithms.AUTO:
+            return None
+        return algorithms.get(name).max_bytes(self._dispatch.backend(memory))
 
     def ring_pipeline(self, *, gpu: bool | None = None, events: bool = False) -> RingPipeline:
         """The pipeline that runs this communicator's ring calls on GPU (default where it has

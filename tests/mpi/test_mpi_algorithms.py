@@ -69,3 +69,14 @@ def test_bad_tuning_file_is_refused_at_creation(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("MPIRING_TUNING_FILE", path)
     with pytest.raises(mpiring.InvalidArgumentError, match="warp-speed"):
         mpiring.Communicator(MPI.COMM_WORLD, gpu=False)
+
+
+@pytest.mark.mpi
+def test_max_bytes_names_each_rows_limit_and_none_for_auto(default_comm) -> None:
+    """``max_bytes``: None for auto (it picks a row that takes the message) and for the ring;
+    a name that is no row is refused naming the choices."""
+    assert default_comm.max_bytes("auto") is None
+    assert default_comm.max_bytes("AUTO") is None
+    assert default_comm.max_bytes("ring") is None
+    with pytest.raises(mpiring.InvalidArgumentError, match="unknown algorithm 'fastest'"):
+        default_comm.max_bytes("fastest")
