@@ -10,6 +10,7 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
     python -m tools.build_hotpath       # compile the eager replay's C extension into mpiring/call
     python -m tools.replay_bench [...]  # ns per replayed call, compiled and Python, no GPU
+    python -m tools.thin_fatbin [...]   # a CUDA library cut to one GPU's code (NCCL to carry)
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
 ``enqueue``, ``starve`` and ``ce_patterns`` launch.) They use mpiring's public modules and the
