@@ -39,3 +39,16 @@ write_csv, write_json, read_jsonl  # bench.results: the results files' format, b
 mean_us, gemm_alone_us, gemm_overlap_us, ar_alone_us, ar_overlap_us, overlap_gemms, overlap_calls
 t_gemm_us, t_ar_us, overlap_eff, train_gemms, train_calls, train_t_gemm_us, train_t_ar_us
 train_t_both_us, train_eff
+
+# -- mpiring.cuda.streamprog's record fields: _streamprog.c reads the same by the same names --------
+STREAM  # field 1: the stream handle
+A_BASE  # field 2: the first address's base (FIXED, INPUT, OUTPUT)
+A  # field 3: the first address (or its offset)
+B_BASE  # field 4: the second address's base, or a value's (SCATTER, GATHER)
+B  # field 5: the second address's offset, or a value's offset
+C  # field 6: bytes of a copy, a fold's table
+D  # field 7: a fold's elements
+
+# -- tools.streamprog_bench's stand-ins, which tests/test_streamprog.py and test_alltoall_engine.py drive
+Forwarding  # the compiled executor's driver calls passed on to a simulated GPU
+reference_device  # ce-twoshot's Python device over the fake driver
