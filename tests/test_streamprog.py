@@ -266,6 +266,22 @@ def test_the_driver_functions_come_from_libcuda_or_say_why_not(module) -> None:
                                             "cuLaunchKernel"}
 
 
+def test_ce_twoshot_uses_the_executor_where_the_driver_is_there(module, monkeypatch, caplog) -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        driver = True
+    except OSError:
+        driver = False
+    monkeypatch.setattr(streamprog, "compiled", lambda environ=None: module)
+    memops = StreamMemOps(0, bench.FakeDriver(bench.DriverCalls()))
+    made = ce_twoshot.make_executor(memops, bench.GUARD, 8)
+    assert (made is not None) == driver
+    if not driver:
+        assert "compiled stream programs are off" in caplog.text and "libcuda.so.1" in caplog.text
+
+
 def test_the_setting_turns_the_executor_off() -> None:
     assert streamprog.compiled({"MPIRING_HOTPATH": "0"}) is None
     assert ce_twoshot.make_executor(StreamMemOps(0, bench.FakeDriver(bench.DriverCalls())), bench.GUARD, 8,
