@@ -20,6 +20,7 @@ direct_flag  # StagingLayout.direct_flag: where a direct kernel's flag lies (tes
 max_chunk  # RingPlan.max_chunk: what one receive slot must hold (schedule tests check plans by it)
 depends_on  # Step.depends_on: the step a fold waits for (the schedule's ordering tests read it)
 tolerance  # mpiring.core.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
+programs_held  # AllToAllEngine.programs_held: what the program cache holds (tests check its bounds)
 
 # -- a schedule whose GPU body is not written yet (issue 27: the copy-engine two-shot row) ---------
 AllToAllPlan  # ring.alltoall_schedule: the all-to-all two-shot's plan, run on a model machine by tests

@@ -117,11 +117,11 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     e = engine(3, 0, Recorder())
     for count in range(3, 3 * (alltoall_engine.PROGRAMS_KEPT + 10), 3):
         e.program(AllToAllPlan(3, count, 16), 4)
-    assert len(e._programs) == alltoall_engine.PROGRAMS_KEPT
+    assert e.programs_held[0] == alltoall_engine.PROGRAMS_KEPT
     monkeypatch.setattr(alltoall_engine, "PROGRAM_BYTES_KEPT", 10_000)
     big = e.program(AllToAllPlan(3, 3 * 16 * 40, 16), 4)  # 40 rounds: over 10 kB alone
-    assert big.nbytes > 10_000 and list(e._programs.values()) == [big]
-    assert e._program_bytes == big.nbytes
+    assert big.nbytes > 10_000 and e.programs_held == (1, big.nbytes)
+    assert e.program(AllToAllPlan(3, 3 * 16 * 40, 16), 4) is big
 
 
 def test_a_program_is_read_only_records_of_fixed_width() -> None:

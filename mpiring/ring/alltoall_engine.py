@@ -179,6 +179,11 @@ class AllToAllEngine:
             self._program_bytes -= old.nbytes
         return made
 
+    @property
+    def programs_held(self) -> tuple[int, int]:
+        """(programs, bytes of their records) in this engine's cache."""
+        return len(self._programs), self._program_bytes
+
     def _build(self, plan: AllToAllPlan, itemsize: int, done: Rounds) -> Program:
         """The records of ``plan``'s issue order after ``done`` (what :meth:`enqueue` would call
         the device with, the call's buffers and rounds left open)."""
