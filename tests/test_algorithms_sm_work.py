@@ -200,3 +200,26 @@ def test_mpi_twoshot_states_its_numpy_passes():
     f16 = CallShape(Memory.HOST, 4, 1000, np.dtype("float16"), comm_ranks=4)
     assert state("mpi-twoshot", f32) == SmWork(0, pytest.approx(11 / 4))
     assert state("mpi-twoshot", f16) == SmWork(0, pytest.approx(33 / 4))
+
+
+@pytest.mark.parametrize("budget", [None, 1, 16, 132, 500])
+def test_the_fold_launcher_takes_the_stated_cap_as_given(monkeypatch, budget):
+    """The context hands ``GridLimits.fold_cap`` to ``FoldKernel``, whose launches the ring's
+    statement describes: the launcher must use it as is (4 blocks per SM without a budget, not a
+    cap of the cap). A fake CuPy answers the device's SM count."""
+    import sys
+    import types
+
+    from mpiring.cuda.fold_kernel import FoldKernel
+
+    device = types.SimpleNamespace(attributes={"MultiProcessorCount": 132})
+    cupy, cuda = types.ModuleType("cupy"), types.ModuleType("cupy.cuda")
+    cuda.Device = lambda _id: device  # type: ignore[attr-defined]
+    cuda.driver = types.SimpleNamespace(launchKernel=lambda *args: None)  # type: ignore[attr-defined]
+    cupy.cuda = cuda  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    limits = GridLimits.of(132, budget)
+    assert FoldKernel(0, 0, 0, limits.fold_cap).max_blocks == limits.fold_cap
+    assert limits.fold_cap == (4 * 132 if budget is None else min(budget, 132))
+    assert FoldKernel(0, 0, 0).max_blocks == 4 * 132

@@ -42,15 +42,18 @@ class FoldKernel:
     """A launcher of the fold and copy kernels for one device, sized once for that device.
 
     ``abort`` and ``status`` are device addresses of the communicator's abort word and of its
-    host status block (see :mod:`mpiring.cuda.status`); ``max_blocks``: the SM budget (the
-    grid rules are :mod:`mpiring.cuda.grids`').
+    host status block (see :mod:`mpiring.cuda.status`); ``max_blocks``: the most blocks of one
+    launch, taken as given (the context passes :attr:`GridLimits.fold_cap
+    <mpiring.cuda.grids.GridLimits>`); None: :func:`~mpiring.cuda.grids.fold_block_cap`
+    without a budget. The grid rules are :mod:`mpiring.cuda.grids`'.
     """
 
     def __init__(self, device_id: int, abort: int, status: int, max_blocks: int | None = None) -> None:
         import cupy
 
         sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
-        self.max_blocks = fold_block_cap(sms, max_blocks)
+        # As given: capping a cap again would turn the 4-per-SM default into one per SM.
+        self.max_blocks = max_blocks if max_blocks else fold_block_cap(sms, None)
         self._guard = (abort, status)  # the kernels' last two parameters: abort word, status block
         self._functions: dict[tuple[np.dtype, Op], int] = {}
         self._copies: dict[int, int] = {}
