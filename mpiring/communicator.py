@@ -23,7 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import algorithms
-from .algorithms import Collective
+from .algorithms import Collective, SmWork
 from .auto import tuning as auto_tuning
 from .auto.table import TuningTable
 from .call.agreement import FIELDS
@@ -496,6 +496,18 @@ class Communicator:
         if row.batches is None:
             return None
         return row.batches(self._dispatch.backend(memory), int(count), dtype, batches)
+
+    def sm_work(self, count: int, dtype: Any, *, gpu: bool | None = None, algorithm: str | None = None,
+                batches: int | None = None) -> SmWork | None:
+        """What an allreduce of ``count`` elements would hold of the GPU's SMs and how much
+        memory its folds would move per byte (:class:`~mpiring.algorithms.base.SmWork`), as
+        ``algorithm``'s row states it (``auto``: the row it picks); None where the row states
+        nothing (NCCL's and MPI's rows). Per rank, not collective."""
+        on_gpu = self.gpu if gpu is None else gpu
+        dtype = np.dtype(dtype)
+        memory = Memory.CUDA if on_gpu else Memory.HOST
+        row = self._dispatch.row(int(count) * dtype.itemsize, memory, algorithm)
+        return row.state_sm_work(self._dispatch.backend(memory), int(count), dtype, batches)
 
     def disable_gpu_timeouts(self) -> None:
         """Testing aid: switch this rank's GPU timeouts off for good — the watchdog's verdicts

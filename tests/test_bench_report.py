@@ -240,3 +240,19 @@ def test_without_rich_the_same_text_is_printed(capsys, monkeypatch):
     assert [line.rstrip() for line in without.splitlines()] == [
         line.rstrip() for line in with_rich.splitlines()]
     assert "…" in without and "[first at 3]" in without and "[in brackets]" in without
+
+
+def test_the_sm_work_columns_show_the_rows_statement_or_a_dash():
+    """A row's own SM statement fills the two columns before #wrong; a row that states nothing
+    (NCCL, MPI, a rival) shows "-" in both."""
+    from mpiring.bench.report import columns
+    from mpiring.bench.results import Row
+
+    cols = columns("mpi")
+    names = [name for name, _, _ in cols]
+    assert names[-3:] == ["SMs\nstated", "fold\nB/B", "#wrong"]
+    stated = Row(1024, 256, "float32", "sum", "ring", "auto", "out", 4, "ok", "OK", stated_sms=0,
+                 fold_traffic=2.25)
+    silent = Row(1024, 256, "float32", "sum", "nccl", "-", "out", 4, "ok", "OK")
+    assert [str(get(stated)) for _, _, get in cols[-3:-1]] == ["0", "2.25"]
+    assert [str(get(silent)) for _, _, get in cols[-3:-1]] == ["-", "-"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from ..core.buffers import Memory
 from ..core.errors import InvalidArgumentError
 from . import ce_twoshot, direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
-from .base import BOTH, GPU, HOST, Algorithm, Call, Collective, Scope
+from .base import BOTH, GPU, HOST, Algorithm, Call, CallShape, Collective, Scope, SmWork
 
 AUTO = "auto"
 
@@ -133,6 +133,6 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "Collective", "Scope", "auto_candidates",
-           "by_code", "check_name", "get", "markdown_table", "name_of_code", "names", "rank_ordered",
-           "register", "rows", "unregister", "version"]
+__all__ = ["AUTO", "BOTH", "GPU", "HOST", "Algorithm", "Call", "CallShape", "Collective", "Scope", "SmWork",
+           "auto_candidates", "by_code", "check_name", "get", "markdown_table", "name_of_code", "names",
+           "rank_ordered", "register", "rows", "unregister", "version"]

@@ -30,6 +30,7 @@ from ..core.collective import Call, Collective
 
 if TYPE_CHECKING:
     from ..context.base import Backend
+    from ..cuda.grids import GridLimits
 
 
 class Scope(enum.Enum):
@@ -46,6 +47,54 @@ Limit = Callable[["Backend"], "int | None"]
 Batches = Callable[["Backend", int, np.dtype, "int | None"], int]
 # Extra argument checks of one algorithm: raise InvalidArgumentError naming the problem.
 Check = Callable[["Backend", Call], None]
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """What a row's SM statement (:attr:`Algorithm.sm_work`) reads: one allreduce of ``count``
+    elements of ``dtype`` over the ``ranks`` ranks of a node (``comm_ranks``: of the whole
+    communicator, for rows that span nodes; default ``ranks``), run in ``batches``
+    mini-batches (rows that have them; else None), on a communicator whose kernels' grids
+    ``grids`` bounds (None: host memory, or not known). Buffers are taken as 16-byte aligned,
+    as allocators give them."""
+
+    memory: Memory
+    ranks: int
+    count: int
+    dtype: np.dtype
+    batches: int | None = None
+    grids: GridLimits | None = None
+    comm_ranks: int | None = None
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.itemsize
+
+
+@dataclass(frozen=True)
+class SmWork:
+    """The SM work of one allreduce call, as its row states it.
+
+    Attributes:
+        sms: the most thread blocks any of the row's kernels launches for the call, on any
+            rank (a block runs on one SM; a grid larger than the GPU holds all of its SMs):
+            0 where copy engines (or the host) do all the work; None where mpiring cannot know
+            (another library's kernels, or a grid bound it was not told).
+        fold_traffic: bytes of memory the row's reduction ("fold") kernels read plus write on
+            all ranks together, divided by the ranks and by the message's bytes: the per-rank
+            memory traffic of reducing, per byte reduced. None: not known, or no byte reduced.
+    """
+
+    sms: int | None
+    fold_traffic: float | None
+
+
+# What a row states of one call's SM work (:class:`SmWork`) from the call's shape.
+StateSmWork = Callable[[CallShape], SmWork]
 # The call's allreduce with every argument fixed: calling the result enqueues it again, on the
 # caller's stream (the eager fast path, mpiring.call.replay).
 Bind = Callable[["Backend", Call], Callable[[], None]]
@@ -88,6 +137,10 @@ class Algorithm:
             accumulated in float32 for 2-byte floats and rounded once — exactly
             :func:`mpiring.core.reproducible.reference`, whatever the size, chunking or placement —
             so ``reproducible=True`` may run it (and only such rows).
+        sm_work: what one allreduce of a shape (:class:`CallShape`) holds of the GPU's SMs
+            and how much memory its folds move per byte (:class:`SmWork`), computed with the
+            grid rules its launchers use (:mod:`mpiring.cuda.grids`); None: not stated (the
+            bench shows "-").
     """
 
     name: str
@@ -111,6 +164,7 @@ class Algorithm:
     gpu_check: bool = False
     bind: Bind | None = None
     rank_ordered: bool = False
+    sm_work: StateSmWork | None = None
 
     def __post_init__(self) -> None:
         if not self.name or self.name != self.name.lower() or self.name == "auto":
@@ -149,6 +203,17 @@ class Algorithm:
 
     def max_bytes(self, backend: Backend) -> int | None:
         return None if self.limit is None else self.limit(backend)
+
+    def state_sm_work(self, backend: Backend, count: int, dtype: np.dtype,
+                      batches: int | None = None) -> SmWork | None:
+        """What this row states of an allreduce of ``count`` elements of ``dtype`` on ``backend``
+        (``batches``: as asked; the row's rule picks the count it runs), or None if it states nothing."""
+        if self.sm_work is None:
+            return None
+        dtype = np.dtype(dtype)
+        ran = None if self.batches is None else self.batches(backend, count, dtype, batches)
+        return self.sm_work(CallShape(backend.memory, backend.node_size, count, dtype, ran,
+                                      backend.grids, backend.size))
 
     def describe_memory(self) -> str:
         return " and ".join({Memory.CUDA: "GPU", Memory.HOST: "host"}[m] for m in sorted(self.memory,

@@ -41,6 +41,7 @@ from ..core import settings
 from ..core.ops import Op
 from ..cuda import sources, streamprog
 from ..cuda.alltoall_layout import AllToAllLayout
+from ..cuda.grids import fold_blocks
 from ..cuda.launcher import PackedLaunch, function_handle
 from ..cuda.memops import StreamMemOps
 from ..cuda.resources import LIVE
@@ -52,7 +53,7 @@ from ..ring.alltoall_engine import AllToAllEngine
 from ..ring.alltoall_schedule import AllToAllPlan
 from ..ring.schedule import Phase
 from ..ring.transports.cuda_ipc import high_priority_stream
-from .base import GPU, Algorithm, Call
+from .base import GPU, Algorithm, Call, CallShape, SmWork
 
 if TYPE_CHECKING:
     from ..context.base import Backend
@@ -276,6 +277,30 @@ def _run(backend: Backend, call: Call, phase: Phase) -> None:
     state.enqueue(AllToAllPlan(n, count, chunk, phase, in_place), call, stream)
 
 
+def sm_work(shape: CallShape) -> SmWork:
+    """ce-twoshot's SM work: only ``fold_n`` runs on SMs, one launch per round, whose largest
+    grid is stated (copy engines move everything else; nothing on one rank, where the call is a
+    copy). The fold of each round reads the ``n`` pieces of this rank's block (its own from its
+    input, the peers' from its staging: local) and writes one, into its output: over the ranks
+    ``(n + 1) / n`` bytes per byte (0 on one rank)."""
+    n, count = shape.ranks, shape.count
+    traffic = ((n + 1) / n if n > 1 else 0.0) if count else None
+    if n < 2 or not count:
+        return SmWork(0, traffic)
+    if shape.grids is None:
+        return SmWork(None, traffic)
+    plan = AllToAllPlan(n, count, area_bytes() // shape.itemsize)
+    most = 0
+    for owner in range(n):
+        for k in range(plan.rounds):
+            lo, hi = plan.piece(owner, k)
+            if hi > lo:  # the staging is aligned and the buffers taken as 16-byte aligned
+                vectorized = lo * shape.itemsize % 16 == 0
+                most = max(most, fold_blocks(hi - lo, shape.itemsize, vectorized, shape.grids.fold_cap,
+                                             THREADS))
+    return SmWork(most, traffic)
+
+
 def run(backend: Backend, call: Call) -> None:
     _run(backend, call, Phase.ALLREDUCE)
 
@@ -297,5 +322,5 @@ ROW = Algorithm(
     # Every element is reduced in rank order (csrc/fold_n.cu), but the row is not yet marked
     # rank_ordered: reproducible=True would then run it (the only GPU row with a reduce-scatter)
     # before it has run on a GPU.
-    reduce_scatter=reduce_scatter, allgather=allgather,
+    reduce_scatter=reduce_scatter, allgather=allgather, sm_work=sm_work,
 )

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 from ..cuda.contract import CODE_ONESHOT_LL  # the kernels know this row by its code
 from ..cuda.launcher import StreamLaunch
-from .base import GPU, Algorithm, Call
+from .base import GPU, Algorithm, Call, CallShape, SmWork
 
 if TYPE_CHECKING:
     from ..context.base import Backend
@@ -75,13 +75,51 @@ def oneshot_ll_limit(backend: Backend) -> int | None:
     return cast("GpuBackend", backend).direct.ll_limit
 
 
+LL_LINE = 16  # bytes of a oneshot-ll line
+LL_PAYLOAD = 8  # of which data
+
+
+def oneshot_sm_work(shape: CallShape) -> SmWork:
+    """One-shot holds its fixed grid (``GridLimits.direct_blocks``). Its fold (step 2 of
+    ``csrc/direct.cu``) reads the ``n`` rows (its own from its input, the peers' from its own
+    slot, which they pushed into: local memory) and writes one: ``n + 1`` bytes per byte. The
+    push of step 1 (1 read, ``n - 1`` stores into peers) is no fold and not counted."""
+    sms = None if shape.grids is None else shape.grids.direct_blocks
+    return SmWork(sms, shape.ranks + 1.0 if shape.count else None)
+
+
+def twoshot_sm_work(shape: CallShape) -> SmWork:
+    """Two-shot holds its fixed grid (``GridLimits.direct_blocks``). Its fold (step 2 of
+    ``csrc/direct.cu``) reduces this rank's shard (``1 / n`` of the message on average over the
+    ranks): it reads the ``n`` copies (its own from its input, the peers' from its staging: local)
+    and stores the result ``n`` times, into its output and into every peer's output staging
+    (``n - 1`` of them remote stores over NVLink): ``n / n + n / n = 2`` bytes per byte. The
+    push of step 1 and the gather copies of step 3 are not counted."""
+    sms = None if shape.grids is None else shape.grids.direct_blocks
+    return SmWork(sms, 2.0 if shape.count else None)
+
+
+def oneshot_ll_sm_work(shape: CallShape) -> SmWork:
+    """oneshot-ll holds the grid ``ll_shape`` gives the call (None over its budget's limit). Its
+    fold (step 3 of ``csrc/oneshot_ll.cu``) reads the ``n`` copies, its own from its input and
+    each peer's as 16-byte lines of 8 payload bytes (twice the bytes), writes the result and
+    clears every peer line it read: ``1 + 2 (n - 1)`` read, ``1 + 2 (n - 1)`` written, ``4n - 2``
+    bytes per byte where the message is whole lines (a last partial line still moves 16 bytes)."""
+    sms = None if shape.grids is None else shape.grids.ll_blocks(shape.count, shape.itemsize)
+    if not shape.count:
+        return SmWork(sms, None)
+    lines = -(-shape.nbytes // LL_PAYLOAD)
+    moved = 2 * shape.nbytes + 2 * (shape.ranks - 1) * LL_LINE * lines
+    return SmWork(sms, moved / shape.nbytes)
+
+
 ONESHOT = Algorithm(
     "oneshot", 5, GPU, _launch("oneshot"),
     summary="one kernel: every rank stores its input into all peers' slots, flag barrier, every "
             "rank reduces all rows locally",
     best_for="small messages (latency)",
     graph_capturable=True, limit=oneshot_limit, auto=True, gpu_check=True, bind=_bind("oneshot"),
-    rank_ordered=True,
+    rank_ordered=True, sm_work=oneshot_sm_work,
 )
 TWOSHOT = Algorithm(
     "twoshot", 6, GPU, _launch("twoshot"),
@@ -89,6 +127,7 @@ TWOSHOT = Algorithm(
             "all-gather by pushing reduced shards, flag barrier",
     best_for="medium messages",
     graph_capturable=True, auto=True, gpu_check=True, bind=_bind("twoshot"), rank_ordered=True,
+    sm_work=twoshot_sm_work,
 )
 ONESHOT_LL = Algorithm(
     "oneshot-ll", CODE_ONESHOT_LL, GPU, _launch("oneshot_ll"),
@@ -96,5 +135,5 @@ ONESHOT_LL = Algorithm(
             "lines of data and flag, and reduces each line as soon as every rank's copy arrived",
     best_for="the smallest messages (latency), up to 64 KiB on 8 ranks, 128 KiB on 4, 256 KiB on 2",
     graph_capturable=True, limit=oneshot_ll_limit, auto=True, gpu_check=True,
-    bind=_bind("oneshot_ll"), rank_ordered=True,
+    bind=_bind("oneshot_ll"), rank_ordered=True, sm_work=oneshot_ll_sm_work,
 )

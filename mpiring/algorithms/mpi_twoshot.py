@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.reproducible import accumulation_dtype
-from .base import HOST, Algorithm, Call, Scope
+from .base import HOST, Algorithm, Call, CallShape, Scope, SmWork
 
 if TYPE_CHECKING:
     from ..context.base import Backend
@@ -116,6 +116,22 @@ def _reduce_scatter_chunk(backend: HostBackend, call: Call, source: np.ndarray, 
                           None if wide is None else wide[:length], out)
 
 
+def sm_work(shape: CallShape) -> SmWork:
+    """No SMs (host arrays). The fold of :func:`_reduce_in_rank_order`, per element of this
+    rank's shard (``1 / n`` of the message on average) of ``s`` bytes: in the type itself, a
+    copy of the first row (``2s``) and ``n - 1`` in-place folds (``3s`` each): ``(3n - 1) / n``
+    bytes per byte; widened to ``w``-byte floats (2-byte floats): the first row widened
+    (``s + w``), per further row a widening copy (``s + w``) and a fold (``3w``), the rounding
+    copy (``w + s``): ``(2(s + w) + (n - 1)(s + 4w)) / (s n)``, ``(9n - 3) / n`` for w = 2s."""
+    if not shape.count:
+        return SmWork(0, None)
+    n = shape.ranks if shape.comm_ranks is None else shape.comm_ranks  # it shards over them all
+    s, w = shape.itemsize, accumulation_dtype(shape.dtype).itemsize
+    if w == s:
+        return SmWork(0, (3 * n - 1) / n)
+    return SmWork(0, (2 * (s + w) + (n - 1) * (s + 4 * w)) / (s * n))
+
+
 def run(backend: Backend, call: Call) -> None:
     """Allreduce: per chunk, reduce-scatter into shards, reduce each in rank order, all-gather."""
     host = _host(backend)
@@ -177,4 +193,5 @@ ROW = Algorithm(
             "its shard in rank order, the shards to every rank (`MPI_Iallgatherv`)",
     best_for="host arrays with `reproducible=True` (the same bits at every size)",
     scope=Scope.ANY, reduce_scatter=reduce_scatter, allgather=allgather, rank_ordered=True,
+    sm_work=sm_work,
 )

@@ -7,6 +7,7 @@ allgather), each signal an ``cudaEventRecord`` on the sender's stream, each wait
 ``cudaStreamWaitEvent`` on the peer's event, ordered by the host through counters in node
 shared memory (a wait on an event must be enqueued after the record it means). The host
 therefore follows the pipeline step by step; see ``mpiring/ring/transports/cuda_events.py``.
+Its folds and copies are the ring's kernels on the same plan: the same SM work (``ring.sm_work``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .base import GPU, Algorithm, Call, Collective
-from .ring import batches
+from .ring import batches, sm_work
 
 if TYPE_CHECKING:
     from ..context.base import Backend
@@ -37,5 +38,5 @@ ROW = Algorithm(
     summary="the same ring, signalled the seed's way: interprocess CUDA events, host-ordered "
             "`cudaStreamWaitEvent`",
     best_for="comparison with `ring` (the seed's design)",
-    batches=batches, reduce_scatter=reduce_scatter, allgather=allgather,
+    batches=batches, reduce_scatter=reduce_scatter, allgather=allgather, sm_work=sm_work,
 )

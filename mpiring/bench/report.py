@@ -97,6 +97,15 @@ def fmt_eff(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
+def fmt_traffic(x: float | None) -> str:
+    """Bytes per byte: two decimals, "-" where not stated."""
+    return "-" if x is None or not math.isfinite(x) else f"{x:.2f}"
+
+
+def stated_sms_cell(row: Row) -> str:
+    return "-" if row.stated_sms is None else str(row.stated_sms)
+
+
 def sms_cell(row: Row) -> str:
     """The SMs the allreduce holds: a number, "all", "?", or "-" where not measured."""
     return sms_label(row.ar_sms, row.ar_sms_source) if row.ar_sms_source else "-"
@@ -194,6 +203,8 @@ def columns(baseline: str, overlap: Sequence[str] = (), algos: Sequence[str] = (
         ("busbw\n(GB/s)", 7, lambda r: fmt_bw(r.busbw_gbs)),
         (f"speed-up\nvs {baseline}" if baseline else "speed-up", max(9, len(baseline) + 3),
          _speedup_text),  # as wide as the baseline's name: "vs torch-symm-1shot"
+        ("SMs\nstated", 6, stated_sms_cell),  # the row's own statement: Row.stated_sms
+        ("fold\nB/B", 5, lambda r: fmt_traffic(r.fold_traffic)),
     ]
     return cols + overlap_columns(overlap) + [("#wrong", 6, _check_text)]
 

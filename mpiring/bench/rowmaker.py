@@ -73,6 +73,23 @@ def batches_used(sw: Any, p: Point) -> int | None:
         return None
 
 
+RAN = ("ok", "fail")  # outcomes of calls that ran (timed, or with wrong results)
+
+
+def stated_sm_work(sw: Any, p: Point, comm: Any, algorithm: str) -> tuple[int | None, float | None]:
+    """(SMs, fold traffic per byte) that ``algorithm``'s row states of the point's allreduce on
+    ``comm`` (``Communicator.sm_work``); (None, None) for another library's row, a row that
+    states nothing, or where asking failed."""
+    ask = getattr(comm, "sm_work", None)
+    if ask is None or rivals.is_rival(p.algo) or algorithm == AUTO:
+        return None, None
+    try:
+        work = ask(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algorithm, batches=p.call_batches)
+    except MpiringError:
+        return None, None
+    return (None, None) if work is None else (work.sms, work.fold_traffic)
+
+
 def make_row(sw: Any, p: Point, out: Outcome) -> Row:
     """The row of point ``p`` from its agreed outcome (the same on every rank)."""
     n = sw.world.size
@@ -86,6 +103,9 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
     if algorithm == AUTO and not refused:  # auto's pick, on the row's communicator
         with _capturing(sw):
             row.resolved = resolved_pick(comm, p.count, sw.dtype, p.collective)
+    if p.collective == ALLREDUCE and out.status in RAN:
+        picked = row.resolved if row.resolved not in ("", "?") else algorithm  # auto: its pick
+        row.stated_sms, row.fold_traffic = stated_sm_work(sw, p, comm, picked)
     if out.overlap is not None:
         overlap_figures(row, out.overlap)
         picked = row.resolved if row.resolved not in ("", "?") else algorithm  # auto: its pick

@@ -17,6 +17,7 @@ from ..ring.schedule import Phase
 
 if TYPE_CHECKING:
     from ..core.collective import Call, Collective
+    from ..cuda.grids import GridLimits
     from ..node.groups import Groups
 
 State = TypeVar("State")
@@ -67,6 +68,7 @@ class Backend(ABC):
     """
 
     memory: Memory
+    grids: GridLimits | None = None  # what bounds its kernels' grids; None: it launches none
     groups: Groups
     comm: MPI.Intracomm
     rank: int

@@ -16,6 +16,7 @@ from ..core.buffers import Buffer, Memory
 from ..core.descriptor import Descriptor
 from ..core.errors import MpiringError, SetupError
 from ..cuda.contract import MM_COUNT, STATE
+from ..cuda.grids import GridLimits
 from ..cuda.layout import MAX_RANKS, staging_layout
 from ..cuda.status import ABORT_HINT
 from ..node.control import ControlBoard
@@ -102,6 +103,8 @@ class GpuBackend(Backend):
         sms = cupy.cuda.Device(self.device_id).attributes["MultiProcessorCount"]
         # At most the GPU's SMs (per rank; only the direct grid, from the budget as given, must agree).
         self.sm_budget: int | None = None if sm_budget is None else min(sm_budget, sms)
+        # What bounds the kernels' grids (the rows' SM statements read it: Algorithm.sm_work).
+        self.grids: GridLimits = GridLimits.of(sms, sm_budget, settings.integer("MPIRING_LL_BLOCK_LINES"))
         self.staging: IpcStaging | None = None
         self.status: HostStatus | None = None
         self.transport: CudaIpcTransport | None = None
@@ -117,13 +120,13 @@ class GpuBackend(Backend):
             self.staging = IpcStaging(self.node, self.layout, timeouts.seconds)
             abort_word = self.staging.addr(self.staging.rank, self.layout.abort)
             self.kernel: FoldKernel = FoldKernel(self.device_id, abort_word, self.status.ptr,
-                                                 self.sm_budget)
+                                                 self.grids.fold_cap)
             self.memops: StreamMemOps = StreamMemOps(self.device_id)
             self.transport = CudaIpcTransport(self.staging, self.memops, self.kernel)
             self.pipeline = RingPipeline(self.transport)
             self.direct: DirectKernels = DirectKernels(self.staging, self.layout, self.status.ptr,
-                                                       timeouts.seconds, self.sm_budget,
-                                                       settings.integer("MPIRING_LL_BLOCK_LINES"))
+                                                       timeouts.seconds, self.grids.ll_max_blocks,
+                                                       self.grids.ll_block_lines)
             self._switch_event, self._sync_event = (self._new_event() for _ in range(2))
             self.watchdog = Watchdog(self.device_id, self.staging, self.memops, timeouts.seconds,
                                      groups.node_ranks)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.ops import Op
 from . import sources
+from .grids import copy_blocks, copy_unit, fold_block_cap, fold_blocks
 from .launcher import PackedLaunch, function_handle
 
 THREADS = 256
@@ -41,14 +42,18 @@ class FoldKernel:
     """A launcher of the fold and copy kernels for one device, sized once for that device.
 
     ``abort`` and ``status`` are device addresses of the communicator's abort word and of its
-    host status block (see :mod:`mpiring.cuda.status`).
+    host status block (see :mod:`mpiring.cuda.status`); ``max_blocks``: the most blocks of one
+    launch, taken as given (the context passes :attr:`GridLimits.fold_cap
+    <mpiring.cuda.grids.GridLimits>`); None: :func:`~mpiring.cuda.grids.fold_block_cap`
+    without a budget. The grid rules are :mod:`mpiring.cuda.grids`'.
     """
 
     def __init__(self, device_id: int, abort: int, status: int, max_blocks: int | None = None) -> None:
         import cupy
 
         sms = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
-        self.max_blocks = max_blocks or 4 * sms
+        # As given: capping a cap again would turn the 4-per-SM default into one per SM.
+        self.max_blocks = max_blocks if max_blocks else fold_block_cap(sms, None)
         self._guard = (abort, status)  # the kernels' last two parameters: abort word, status block
         self._functions: dict[tuple[np.dtype, Op], int] = {}
         self._copies: dict[int, int] = {}
@@ -72,8 +77,7 @@ class FoldKernel:
         if count == 0:
             return
         vectorized = (out | inp | slot) % 16 == 0
-        per_thread = 16 // itemsize if vectorized else 1
-        blocks = min(self.max_blocks, -(-count // (THREADS * per_thread)))
+        blocks = fold_blocks(count, itemsize, vectorized, self.max_blocks, THREADS)
         self._fold(fn, blocks, stream.ptr, out, inp, slot, count, int(vectorized), *self._guard)
 
     def average(self, out: int, count: int, dtype: np.dtype, ranks: int, stream) -> None:
@@ -90,10 +94,9 @@ class FoldKernel:
         """Enqueue ``out[:nbytes] = src[:nbytes]`` on ``stream``, skipped once aborted."""
         if nbytes == 0:
             return
-        unit = next(u for u in sources.COPY_UNITS if (out | src | nbytes) % u == 0)
+        unit = copy_unit(out, src, nbytes)
         fn = self._copies.get(unit)
         if fn is None:
             fn = self._copies[unit] = _handle(sources.copy_name(unit))
-        n = nbytes // unit
-        blocks = min(self.max_blocks, -(-n // THREADS))
-        self._copy(fn, blocks, stream.ptr, out, src, n, *self._guard)
+        blocks = copy_blocks(nbytes, unit, self.max_blocks, THREADS)
+        self._copy(fn, blocks, stream.ptr, out, src, nbytes // unit, *self._guard)

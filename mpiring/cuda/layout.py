@@ -186,5 +186,10 @@ def staging_layout(slot_bytes: int | None, sm_budget: int | None = None,
     if slot <= 0:
         raise InvalidArgumentError(f"slot_bytes must be positive, got {slot_bytes}")
     slot = -(-slot // (64 << 10)) * (64 << 10)
-    blocks = DIRECT_BLOCKS if sm_budget is None else min(DIRECT_BLOCKS, sm_budget)
-    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, blocks, ranks=ranks)
+    return StagingLayout(slot, ONESHOT_BYTES, TWOSHOT_BYTES, direct_blocks(sm_budget), ranks=ranks)
+
+
+def direct_blocks(sm_budget: int | None) -> int:
+    """The one-shot and two-shot kernels' grid: ``DIRECT_BLOCKS``, at most ``sm_budget`` blocks
+    (the budget as asked, so that ranks on different GPUs agree)."""
+    return DIRECT_BLOCKS if sm_budget is None else min(DIRECT_BLOCKS, sm_budget)

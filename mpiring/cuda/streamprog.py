@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core import settings
+from .grids import fold_blocks
 from .launcher import driver_error
 from .memops import StreamMemOps
 
@@ -81,8 +82,7 @@ def fold_grid(out: int, mine: int, count: int, itemsize: int, threads: int,
     """(blocks, vectorized) of a ``fold_n`` launch: 16-byte loads where both of this rank's
     addresses allow them (the staging's areas always do), one block per ``threads`` loads."""
     vectorized = (out | mine) % 16 == 0
-    per_thread = 16 // itemsize if vectorized else 1
-    return min(max_blocks, -(-count // (threads * per_thread))), vectorized
+    return fold_blocks(count, itemsize, vectorized, max_blocks, threads), vectorized
 
 
 class Program:
