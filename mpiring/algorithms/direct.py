@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, cast
 
 from ..cuda.contract import CODE_ONESHOT_LL  # the kernels know this row by its code
 from ..cuda.launcher import StreamLaunch
+from ..cuda.layout import StagingLayout
 from .base import GPU, Algorithm, Call, CallShape, SmWork
 
 if TYPE_CHECKING:
@@ -75,10 +76,6 @@ def oneshot_ll_limit(backend: Backend) -> int | None:
     return cast("GpuBackend", backend).direct.ll_limit
 
 
-LL_LINE = 16  # bytes of a oneshot-ll line
-LL_PAYLOAD = 8  # of which data
-
-
 def oneshot_sm_work(shape: CallShape) -> SmWork:
     """One-shot holds its fixed grid (``GridLimits.direct_blocks``). Its fold (step 2 of
     ``csrc/direct.cu``) reads the ``n`` rows (its own from its input, the peers' from its own
@@ -108,8 +105,8 @@ def oneshot_ll_sm_work(shape: CallShape) -> SmWork:
     sms = None if shape.grids is None else shape.grids.ll_blocks(shape.count, shape.itemsize)
     if not shape.count:
         return SmWork(sms, None)
-    lines = -(-shape.nbytes // LL_PAYLOAD)
-    moved = 2 * shape.nbytes + 2 * (shape.ranks - 1) * LL_LINE * lines
+    lines = -(-shape.nbytes // StagingLayout.LL_PAYLOAD)
+    moved = 2 * shape.nbytes + 2 * (shape.ranks - 1) * StagingLayout.LL_LINE * lines
     return SmWork(sms, moved / shape.nbytes)
 
 

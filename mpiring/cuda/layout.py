@@ -106,6 +106,7 @@ class StagingLayout:
         return _align(self.direct_table + self.TABLE_BYTES, 256)
 
     LL_LINE = 16  # bytes of one oneshot-ll line: two halves of (32-bit flag, 32 bits of payload)
+    LL_PAYLOAD = 8  # of which payload
 
     @property
     def ll_headers(self) -> int:
@@ -145,7 +146,7 @@ class StagingLayout:
     @property
     def ll_limit(self) -> int:
         """The largest oneshot-ll message in bytes: 8 payload bytes per line of a row."""
-        return self.ll_row_bytes // self.LL_LINE * 8
+        return self.ll_row_bytes // self.LL_LINE * self.LL_PAYLOAD
 
     @property
     def used_bytes(self) -> int:
