@@ -20,6 +20,7 @@ direct_flag  # StagingLayout.direct_flag: where a direct kernel's flag lies (tes
 max_chunk  # RingPlan.max_chunk: what one receive slot must hold (schedule tests check plans by it)
 depends_on  # Step.depends_on: the step a fold waits for (the schedule's ordering tests read it)
 tolerance  # mpiring.core.ops.tolerance: the error bound of a floating reduction over n ranks (tests)
+programs_held  # AllToAllEngine.programs_held: what the program cache holds (tests check its bounds)
 
 # -- a schedule whose GPU body is not written yet (issue 27: the copy-engine two-shot row) ---------
 AllToAllPlan  # ring.alltoall_schedule: the all-to-all two-shot's plan, run on a model machine by tests
@@ -39,3 +40,16 @@ write_csv, write_json, read_jsonl  # bench.results: the results files' format, b
 mean_us, gemm_alone_us, gemm_overlap_us, ar_alone_us, ar_overlap_us, overlap_gemms, overlap_calls
 t_gemm_us, t_ar_us, overlap_eff, train_gemms, train_calls, train_t_gemm_us, train_t_ar_us
 train_t_both_us, train_eff
+
+# -- mpiring.cuda.streamprog's record fields: _streamprog.c reads the same by the same names --------
+STREAM  # field 1: the stream handle
+A_BASE  # field 2: the first address's base (FIXED, INPUT, OUTPUT)
+A  # field 3: the first address (or its offset)
+B_BASE  # field 4: the second address's base, or a value's (SCATTER, GATHER)
+B  # field 5: the second address's offset, or a value's offset
+C  # field 6: bytes of a copy, a fold's table
+D  # field 7: a fold's elements
+
+# -- tools.streamprog_bench's stand-ins, which tests/test_streamprog.py and test_alltoall_engine.py drive
+Forwarding  # the compiled executor's driver calls passed on to a simulated GPU
+reference_device  # ce-twoshot's Python device over the fake driver

@@ -91,7 +91,7 @@ def test_the_ring_on_host_arrays_holds_no_sm():
 # -- ce-twoshot: the Fold operations of its plan -------------------------------------------
 
 def ce_folds(n: int, count: int, itemsize: int) -> list[tuple[int, Fold]]:
-    plan = AllToAllPlan(n, count, ce.AREA_BYTES // itemsize)
+    plan = AllToAllPlan(n, count, ce.area_bytes() // itemsize)
     return [(rank, op) for rank in range(n) for _, op in plan.issue_order(rank, Rounds())
             if isinstance(op, Fold)]
 

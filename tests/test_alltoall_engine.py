@@ -6,7 +6,12 @@ waits on and signals, the copies and the folds through the tables are all exerci
 would see them, over several calls on one machine (flags and slots carry over), and every
 element is compared bitwise with the rank-ordered reference (mpiring.core.reproducible).
 The staging starts poisoned, and a drawn order that lets a stream run past a wait it should not
-would read poison or a stale round."""
+would read poison or a stale round.
+
+Each call is enqueued one of three ways (``via``): the engine's Python walk of the issue order
+(the reference), its call shape's program read in Python (Program.issue), or that program run
+by the compiled executor (mpiring/cuda/_streamprog.c, built here from its source) whose driver
+entry points pass every call on to the simulated GPU: so the programs are checked for results."""
 
 from __future__ import annotations
 
@@ -19,14 +24,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mpiring.algorithms.ce_twoshot import issue_call
 from mpiring.core.reproducible import reference
 from mpiring.cuda.alltoall_layout import AllToAllLayout
 from mpiring.cuda.layout import MAX_RANKS
+from mpiring.cuda.memops import StreamMemOps
 from mpiring.ring.alltoall_engine import AllToAllEngine
 from mpiring.ring.alltoall_schedule import AllToAllPlan
 from mpiring.ring.schedule import Phase
+from tools import streamprog_bench as bench
 
 SPAN = 1 << 32  # address space of one buffer in the simulation
+VIAS = ("reference", "program", "compiled")
+_MODULE: list = []  # the executor's extension, built once per session (None: no gcc)
+
+
+def executor_module():
+    if not _MODULE:
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        _MODULE.append(bench.extension(Path(tempfile.mkdtemp())) if shutil.which("gcc") else None)
+    if _MODULE[0] is None:
+        pytest.skip("no gcc to build mpiring/cuda/_streamprog.c")
+    return _MODULE[0]
 
 
 class Memory:
@@ -100,8 +122,9 @@ class SimDevice:
 class Node:
     """``size`` simulated GPUs with their all-to-all staging and engines, kept across calls."""
 
-    def __init__(self, size: int, area_bytes: int, dtype: Any, serial: bool = False) -> None:
-        self.size, self.dtype = size, np.dtype(dtype)
+    def __init__(self, size: int, area_bytes: int, dtype: Any, serial: bool = False,
+                 via: str = "reference") -> None:
+        self.size, self.dtype, self.via = size, np.dtype(dtype), via
         self.memory = Memory()
         self.layout = AllToAllLayout(size, area_bytes)
         bases = [self.memory.add(r, self.layout.used_bytes) for r in range(size)]
@@ -119,6 +142,25 @@ class Node:
                 table = self.memory.bytes(addr(r, self.layout.fold_table(slot)), 8 * MAX_RANKS)
                 table[...] = words.view(np.uint8)
         self.next_buffer = size
+        self.executors: list = []
+        if via == "compiled":
+            module = executor_module()
+            memops = StreamMemOps(0, bench.FakeDriver(bench.DriverCalls()))  # the flags only
+            for device in self.devices:
+                forward = bench.Forwarding(device)
+                self.executors.append(bench.Executor(module, memops, 256, 64, bench.GUARD, forward.addresses,
+                                                     keep=forward))
+
+    def enqueue(self, rank: int, plan: AllToAllPlan, input_addr: int, output_addr: int) -> None:
+        """Rank ``rank``'s part of ``plan``, enqueued :attr:`via` its way."""
+        engine, device, item = self.engines[rank], self.devices[rank], self.dtype.itemsize
+        if self.via == "reference":
+            engine.enqueue(plan, input_addr, output_addr, item)
+        elif self.via == "program":
+            engine.enqueue_program(plan, input_addr, output_addr, item,
+                                   lambda p, i, o, s, g: p.issue(device, i, o, s, g))
+        else:
+            issue_call(engine, self.executors[rank], plan, input_addr, output_addr, item, bench.FUNCTION)
 
     def buffer(self, array: np.ndarray) -> int:
         """Place ``array``'s bytes in simulated memory; its address."""
@@ -175,8 +217,8 @@ def one_call(node: Node, phase: Phase, block: int, extra: int, in_place: bool, o
     chunk = node.engines[0].chunk(dtype.itemsize)
     chunk = int(rng.integers(1, chunk + 1))  # pieces of any size up to an area
     plan = AllToAllPlan(n, count, chunk, phase, in_place)
-    for r, engine in enumerate(node.engines):
-        engine.enqueue(plan, ins[r], outs[r], dtype.itemsize)
+    for r in range(n):
+        node.enqueue(r, plan, ins[r], outs[r])
     node.run_all(rng, op)
     for r in range(n):
         got = node.read(outs[r], len(want[r]))
@@ -193,30 +235,33 @@ CALL = st.tuples(st.sampled_from(list(Phase)), st.integers(0, 40), st.integers(0
 @settings(max_examples=200, deadline=None)
 @given(size=st.integers(2, 6), dtype=st.sampled_from(["float32", "float16", "bfloat16", "int32", "float64"]),
        op=st.sampled_from(["sum", "max", "min", "prod"]),
-       calls=st.lists(CALL, min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
-def test_the_engine_gives_the_rank_ordered_result_in_any_order(size, dtype, op, calls, seed) -> None:
+       calls=st.lists(CALL, min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1),
+       via=st.sampled_from(VIAS))
+def test_the_engine_gives_the_rank_ordered_result_in_any_order(size, dtype, op, calls, seed, via) -> None:
     rng = np.random.default_rng(seed)
     dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
-    node = Node(size, 256, dt)
+    node = Node(size, 256, dt, via=via)
     for phase, block, extra, in_place in calls:
         one_call(node, phase, block, extra, in_place, op, rng)
 
 
 @settings(max_examples=60, deadline=None)
-@given(size=st.integers(2, 6), calls=st.lists(CALL, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1))
-def test_the_engine_enqueues_an_order_that_completes_on_one_queue_per_gpu(size, calls, seed) -> None:
+@given(size=st.integers(2, 6), calls=st.lists(CALL, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1),
+       via=st.sampled_from(VIAS))
+def test_the_engine_enqueues_an_order_that_completes_on_one_queue_per_gpu(size, calls, seed, via) -> None:
     """Every stream of a GPU on one hardware queue, run in the order the engine enqueued: no
     deadlock (the engine follows the plan's issue order), exact results."""
     rng = np.random.default_rng(seed)
-    node = Node(size, 256, np.dtype(np.float32), serial=True)
+    node = Node(size, 256, np.dtype(np.float32), serial=True, via=via)
     for phase, block, extra, in_place in calls:
         one_call(node, phase, block, extra, in_place, "sum", rng)
 
 
-def test_many_rounds_and_calls_at_eight_ranks() -> None:
+@pytest.mark.parametrize("via", VIAS)
+def test_many_rounds_and_calls_at_eight_ranks(via: str) -> None:
     """Blocks of many areas each, calls one after the other: slots reused across calls."""
     rng = np.random.default_rng(8)
-    node = Node(8, 256, np.float32)
+    node = Node(8, 256, np.float32, via=via)
     for k in range(6):
         one_call(node, list(Phase)[k % 3], 64 * 5 + k, k, k % 2 == 1, "sum", rng)
     assert node.engines[0].done.scatter > 20

@@ -8,8 +8,9 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
     python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
-    python -m tools.build_hotpath       # compile the eager replay's C extension into mpiring/call
+    python -m tools.build_hotpath       # compile the C extensions (eager replay, stream programs)
     python -m tools.replay_bench [...]  # ns per replayed call, compiled and Python, no GPU
+    python -m tools.streamprog_bench [...]  # µs per ce-twoshot round, compiled and Python, no GPU
     python -m tools.thin_fatbin [...]   # a CUDA library cut to one GPU's code (NCCL to carry)
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that

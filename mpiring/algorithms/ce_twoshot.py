@@ -15,7 +15,13 @@ stream memory operations: the host enqueues a call and returns.
 * device work: :mod:`mpiring.ring.alltoall_engine` (tested over simulated GPUs);
 * staging: :mod:`mpiring.cuda.alltoall_layout`, a second IPC allocation per rank made at the
   row's first call (collective: every rank's first call of the row is the same call), of
-  ``4 (n - 1)`` areas of :data:`AREA_BYTES` (98 MiB per rank on 4 GPUs, 226 MiB on 8);
+  ``4 (n - 1)`` areas of ``MPIRING_CE_AREA_MIB`` (:func:`area_bytes`; 8 MiB: 98 MiB per rank on
+  4 GPUs, 226 MiB on 8);
+* the host path: a call's operations (about ``4 (n - 1) + 7`` per round: waits, writes,
+  copies, one fold) are issued by one C call (:class:`~mpiring.cuda.streamprog.Executor`) from
+  the call shape's program (:meth:`~mpiring.ring.alltoall_engine.AllToAllEngine.program`),
+  else one Python driver call each (:meth:`AllToAllEngine.enqueue
+  <mpiring.ring.alltoall_engine.AllToAllEngine.enqueue>`, the reference);
 * a stall: the communicator's watchdog follows each call and, past the timeout, aborts the
   communicator, releasing this staging's flags too (the fold then writes nothing).
 
@@ -26,19 +32,22 @@ Not capturable in a CUDA graph: a call's flag values are fixed when it is enqueu
 from __future__ import annotations
 
 import functools
+import logging
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..core import settings
 from ..core.ops import Op
-from ..cuda import sources
+from ..cuda import sources, streamprog
 from ..cuda.alltoall_layout import AllToAllLayout
 from ..cuda.grids import fold_blocks
 from ..cuda.launcher import PackedLaunch, function_handle
+from ..cuda.memops import StreamMemOps
 from ..cuda.resources import LIVE
 from ..cuda.staging import IpcStaging
 from ..cuda.status import ABORT_HINT
+from ..cuda.streamprog import FOLD_PARAMS, fold_grid
 from ..cuda.watchdog import FlagReader
 from ..ring.alltoall_engine import AllToAllEngine
 from ..ring.alltoall_schedule import AllToAllPlan
@@ -50,12 +59,19 @@ if TYPE_CHECKING:
     from ..context.base import Backend
     from ..context.gpu import GpuBackend
 
+log = logging.getLogger(__name__)
 NAME = "ce-twoshot"
 CODE = 12
-AREA_BYTES = 8 << 20  # one round's piece per peer: 8 MiB pieces keep the copy engines near their peak
 THREADS = 256
 _SOURCE = "fold_n.cu"
-_PARAMS = ("ptr", "ptr", "ptr", "i32", "i32", "i64", "i32", "ptr", "ptr")  # as csrc/fold_n.cu declares them
+
+
+def area_bytes(environ: dict[str, str] | None = None) -> int:
+    """One staging area (one round's piece per peer), from ``MPIRING_CE_AREA_MIB``: a power of two
+    from 1 to 64 MiB (default 8: pieces that keep the copy engines near their peak). Every rank
+    must give the same: the communicator's set-up compares it (``Options.setup_values``), and
+    so does the staging's (the ranks' layouts)."""
+    return cast(int, settings.get("MPIRING_CE_AREA_MIB", environ)) << 20
 
 
 @functools.cache
@@ -68,21 +84,22 @@ def _fold_function(dtype: str, op: Op) -> int:
     return function_handle(module.get_function(name))
 
 
-class _CudaDevice:
-    """:class:`mpiring.ring.alltoall_engine.Device` on CUDA: stream memory operations, copy-engine
-    copies and ``fold_n`` launches. :meth:`prepare` fixes the call's kernel and item size."""
+def fold_guard(gpu: GpuBackend) -> tuple[int, int]:
+    """``fold_n``'s last parameters: the communicator's abort word and its host status block."""
+    staging, status = gpu.staging, gpu.status
+    assert staging is not None and status is not None  # made with the context
+    return staging.addr(staging.rank, gpu.layout.abort), status.ptr
 
-    def __init__(self, gpu: GpuBackend) -> None:
-        import cupy
 
-        self._rt = cupy.cuda.runtime
-        self._memops = gpu.memops
-        self._launch = PackedLaunch(_PARAMS, THREADS)
-        staging, status = gpu.staging, gpu.status
-        assert staging is not None and status is not None  # made with the context
-        # fold_n's last parameters: the communicator's abort word and its host status block
-        self._guard = (staging.addr(staging.rank, gpu.layout.abort), status.ptr)
-        self._max_blocks = gpu.kernel.max_blocks
+class CudaDevice:
+    """:class:`mpiring.ring.alltoall_engine.Device` on CUDA: stream memory operations and
+    copy-engine copies (``memops``), ``fold_n`` launches (``launch``, with the last arguments
+    ``guard``, at most ``max_blocks`` blocks). :meth:`prepare` fixes the call's kernel and item
+    size."""
+
+    def __init__(self, memops: StreamMemOps, launch: PackedLaunch, guard: tuple[int, int],
+                 max_blocks: int) -> None:
+        self._memops, self._launch, self._guard, self._max_blocks = memops, launch, guard, max_blocks
         self._fn, self._itemsize = 0, 1
 
     def prepare(self, fn: int, itemsize: int) -> None:
@@ -95,13 +112,12 @@ class _CudaDevice:
         self._memops.write(stream, addr, value)
 
     def copy(self, stream: int, dst: int, src: int, nbytes: int) -> None:
-        self._rt.memcpyAsync(dst, src, nbytes, self._rt.memcpyDeviceToDevice, stream)
+        self._memops.copy(stream, dst, src, nbytes)
 
     def fold(self, stream: int, out: int, mine: int, table: int, me: int, ranks: int, count: int) -> None:
         if count == 0:
             return
-        vectorized = (out | mine) % 16 == 0  # the staging's areas are 256-byte aligned
-        blocks = fold_blocks(count, self._itemsize, vectorized, self._max_blocks, THREADS)
+        blocks, vectorized = fold_grid(out, mine, count, self._itemsize, THREADS, self._max_blocks)
         self._launch(self._fn, blocks, stream, out, mine, table, me, ranks, count, int(vectorized),
                      *self._guard)
 
@@ -116,7 +132,7 @@ class _State:
         self._rt = rt = cupy.cuda.runtime
         self.gpu = gpu
         me, n = gpu.node_rank, gpu.node_size
-        self.layout = AllToAllLayout(n, AREA_BYTES)
+        self.layout = AllToAllLayout(n, area_bytes())
         # Collective (every rank's first call of the row is the same call: the agreement check
         # saw to it) and bounded; a failure is the same SetupError on every rank.
         self.staging = IpcStaging(gpu.groups.node, self.layout, gpu.timeouts.seconds)
@@ -124,7 +140,11 @@ class _State:
         self._distinct: list[Any] = []
         self._start, self._ends = 0, []
         try:
-            self.device = _CudaDevice(gpu)
+            guard = fold_guard(gpu)
+            self.device = CudaDevice(gpu.memops, PackedLaunch(FOLD_PARAMS, THREADS), guard,
+                                     gpu.kernel.max_blocks)
+            # One C call per call where the extension is built (MPIRING_HOTPATH=0: never).
+            self.executor = make_executor(gpu.memops, guard, gpu.kernel.max_blocks)
             peers = [p for p in range(n) if p != me]
             # One copy stream pushed at 385 GB/s on 4 x H200 where three at once moved 236 GB/s
             # together (tools.ce_patterns): by default each phase's pushes share one stream. The
@@ -164,7 +184,8 @@ class _State:
         for all of it. The watchdog follows the call."""
         rt, recv, watchdog = self._rt, call.recv, self.gpu.watchdog
         assert watchdog is not None  # made with the context, before any call
-        self.device.prepare(_fold_function(recv.dtype.name, call.op), recv.dtype.itemsize)
+        function = _fold_function(recv.dtype.name, call.op)
+        self.device.prepare(function, recv.dtype.itemsize)
         pair = watchdog.events()
         rt.eventRecord(pair[0], stream.ptr)
         rt.eventRecord(self._start, stream.ptr)
@@ -172,7 +193,8 @@ class _State:
             rt.streamWaitEvent(s.ptr, self._start, 0)
         before = self.engine.done  # the rounds of the earlier calls: this call's flags go on from there
         try:
-            self.engine.enqueue(plan, call.source.address, recv.address, recv.dtype.itemsize)
+            issue_call(self.engine, self.executor, plan, call.source.address, recv.address,
+                       recv.dtype.itemsize, function)
         except BaseException:
             watchdog.give_back(pair)
             raise
@@ -188,6 +210,11 @@ class _State:
                                                     ABORT_HINT, names)
         watchdog.watch(pair, before.scatter + before.gather, diagnose, reader=self._reader, algorithm=NAME)
 
+    @property
+    def compiled(self) -> bool:
+        """Whether calls are issued by the compiled executor (else by the Python reference)."""
+        return self.executor is not None
+
     def close(self, abandon: bool = False) -> None:
         """Drop the streams and events (the context drained the calls first) and close the
         staging (collective, bounded; ``abandon``: keep our allocation, wait for no one)."""
@@ -200,6 +227,32 @@ class _State:
         self._streams.clear()
         self._distinct = []
         self.staging.close(abandon=abandon)
+
+
+def make_executor(memops: StreamMemOps, guard: tuple[int, int], max_blocks: int,
+                  environ: dict[str, str] | None = None) -> streamprog.Executor | None:
+    """The compiled executor of this row's programs, or None where calls go through the Python
+    reference (the extension is not built, ``MPIRING_HOTPATH=0``, no ``libcuda.so.1``)."""
+    module = streamprog.compiled(environ)
+    if module is None:
+        return None
+    try:
+        return streamprog.Executor(module, memops, THREADS, max_blocks, guard)
+    except OSError as err:  # no driver library to call: the Python reference issues the calls
+        log.warning("ce-twoshot's compiled stream programs are off: %s", err)
+        return None
+
+
+def issue_call(engine: AllToAllEngine, executor: streamprog.Executor | None, plan: AllToAllPlan,
+               input_addr: int, output_addr: int, itemsize: int, function: int) -> None:
+    """Enqueue ``plan`` on ``engine``'s streams: through its program and ``executor`` where there
+    is one, else by the engine's Python path (its device prepared for ``function`` already)."""
+    if executor is None:
+        engine.enqueue(plan, input_addr, output_addr, itemsize)
+        return
+    run = executor.run
+    engine.enqueue_program(plan, input_addr, output_addr, itemsize,
+                           lambda program, i, o, s, g: run(program, i, o, s, g, function))
 
 
 def _run(backend: Backend, call: Call, phase: Phase) -> None:
@@ -236,7 +289,7 @@ def sm_work(shape: CallShape) -> SmWork:
         return SmWork(0, traffic)
     if shape.grids is None:
         return SmWork(None, traffic)
-    plan = AllToAllPlan(n, count, AREA_BYTES // shape.itemsize)
+    plan = AllToAllPlan(n, count, area_bytes() // shape.itemsize)
     most = 0
     for owner in range(n):
         for k in range(plan.rounds):

@@ -36,7 +36,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..core import settings
-from ..cuda.launcher import StreamLaunch
+from ..cuda.launcher import StreamLaunch, driver_error
 from .call_check import CallCheck
 
 if TYPE_CHECKING:
@@ -85,13 +85,6 @@ class CallWords:
     def accept(self) -> None:
         """Set-up completed: calls may be replayed."""
         self.refusing[0] = 0
-
-
-def driver_error(status: int) -> BaseException:
-    """What CuPy's ``launchKernel`` raises for a failed ``cuLaunchKernel`` (its ``CUresult``)."""
-    from cupy.cuda import driver
-
-    return driver.CUDADriverError(status)
 
 
 class HotPath:

@@ -173,6 +173,7 @@ class Options:
             "MPIRING_ALGO": self.forced,
             "MPIRING_TUNING_FILE": settings.text("MPIRING_TUNING_FILE"),
             "MPIRING_DIRECT_BLOCKS": DIRECT_BLOCKS,  # as read at import
+            "MPIRING_CE_AREA_MIB": settings.get("MPIRING_CE_AREA_MIB"),  # ce-twoshot's staging layout
             "sm_budget": self.sm_budget,  # the direct kernels' grid (their flags line up across ranks)
             "overlap": self.overlap,  # auto's choice: every rank must run the same row
             "reproducible": self.reproducible,  # ... and which rows may run at all

@@ -44,6 +44,14 @@ def _default_driver_launch() -> Callable[..., None]:
     return driver.launchKernel
 
 
+def driver_error(status: int) -> BaseException:
+    """What CuPy's ``launchKernel`` raises for a failed ``cuLaunchKernel`` (its ``CUresult``):
+    what a compiled launch raises too (:mod:`mpiring.call.hot_replay`, :mod:`.streamprog`)."""
+    from cupy.cuda import driver
+
+    return driver.CUDADriverError(status)
+
+
 class PackedLaunch:
     """Launches of kernels whose parameters have the kinds ``params`` (``"ptr"``, ``"i64"``,
     ``"i32"``), with ``threads`` threads per block."""

@@ -17,17 +17,54 @@ interleaving the streams allow, against the rank-ordered reference.
 
 The rounds each stage ran (:class:`~.alltoall_schedule.Rounds`) carry over from call to call:
 flags only grow, and a slot is reused two rounds later whatever call that round belongs to.
+
+Two ways to enqueue a call, the same operations in the same order:
+
+* :meth:`AllToAllEngine.enqueue` walks the plan's issue order and calls the :class:`Device` once
+  per operation: the reference (and the path wherever no compiled executor runs);
+* :meth:`AllToAllEngine.enqueue_program` issues the call's :class:`~mpiring.cuda.streamprog.Program`
+  (:meth:`AllToAllEngine.program`): the issue order compiled once per call shape into records
+  where only the call's buffers and the rounds before it are left open. A flag's value is an
+  offset from the rounds of its stage (:data:`~.alltoall_schedule.GATHER_FLAGS`), an input or
+  output address an offset from the call's buffer; the staging's addresses are fixed. What else
+  depends on the rounds before the call, the slots (their parity) and which "slot free" waits
+  are dropped (the first two rounds'), is in the cache's key: the rounds, or for 2 and more,
+  2 plus their parity. The cache keeps :data:`PROGRAMS_KEPT` programs and at most
+  :data:`PROGRAM_BYTES_KEPT` bytes of them, least recently used out first (64 bytes per
+  operation: a 32 MiB round at 4 ranks is 38 operations, an 8 GiB call 256 rounds, 608 KiB).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+import numpy as np
+
 from ..core.errors import MpiringTimeoutError
+from ..cuda import streamprog
 from ..cuda.alltoall_layout import FLAG_ARRAYS, AllToAllLayout
 from ..cuda.layout import MAX_RANKS
-from .alltoall_schedule import AllToAllPlan, Copy, Flag, Fold, Region, Rounds, Signal, Stream, Wait
+from ..cuda.streamprog import Program
+from .alltoall_schedule import (
+    GATHER_FLAGS,
+    SLOTS,
+    AllToAllPlan,
+    Copy,
+    Flag,
+    Fold,
+    Region,
+    Rounds,
+    Signal,
+    Stream,
+    Wait,
+)
+
+PROGRAMS_KEPT = 32  # call shapes whose programs an engine keeps
+PROGRAM_BYTES_KEPT = 64 << 20  # ... and the most bytes of them (the newest is kept whatever its size)
+# Issues a program: (program, input address, output address, scatter rounds, gather rounds).
+Issue = Callable[[Program, int, int, int, int], None]
 
 # What a wait on each flag waits for, in a timeout's words ({peer}: the rank it names).
 WAITS_FOR = {
@@ -72,6 +109,8 @@ class AllToAllEngine:
         self.rank, self.layout, self.addr, self.device = rank, layout, addr, device
         self.streams = dict(streams)
         self.done = Rounds()  # rounds every stage ran in this communicator's earlier calls
+        self._programs: OrderedDict[tuple, Program] = OrderedDict()  # least recently used first
+        self._program_bytes = 0
 
     def fold_table(self, slot: int) -> list[int]:
         """The words of this rank's fold table of ``slot`` (:meth:`AllToAllLayout.fold_table`),
@@ -85,12 +124,15 @@ class AllToAllEngine:
         """Elements of one round's piece: what one staging area holds."""
         return self.layout.area_bytes // itemsize
 
-    def enqueue(self, plan: AllToAllPlan, input_addr: int, output_addr: int, itemsize: int) -> None:
-        """Enqueue ``plan`` for this rank on the engine's streams (the caller orders them after
-        its own stream before, and its stream after them)."""
+    def _check_fits(self, plan: AllToAllPlan, itemsize: int) -> None:
         if plan.size != self.layout.ranks or plan.chunk > self.chunk(itemsize):
             raise ValueError(f"a plan of {plan.size} ranks and pieces of {plan.chunk} elements does not fit "
                              f"this staging ({self.layout.ranks} ranks, {self.chunk(itemsize)} elements)")
+
+    def enqueue(self, plan: AllToAllPlan, input_addr: int, output_addr: int, itemsize: int) -> None:
+        """Enqueue ``plan`` for this rank on the engine's streams (the caller orders them after
+        its own stream before, and its stream after them)."""
+        self._check_fits(plan, itemsize)
         buffers = {"input": input_addr, "output": output_addr}
         # In the plan's issue order (round by round), not stream by stream: streams may share
         # a hardware queue, and only this order cannot deadlock then (AllToAllPlan.issue_order).
@@ -110,6 +152,74 @@ class AllToAllEngine:
                 raise TypeError(f"unknown operation {op!r}")
         # Every rank's plan counts the same rounds: the next call's flags go on from here.
         self.done = plan.after(self.done)
+
+    def enqueue_program(self, plan: AllToAllPlan, input_addr: int, output_addr: int, itemsize: int,
+                        issue: Issue) -> None:
+        """What :meth:`enqueue` does, through ``plan``'s :meth:`program`: ``issue`` enqueues it
+        (the compiled executor, or a reader of the records)."""
+        self._check_fits(plan, itemsize)
+        issue(self.program(plan, itemsize), input_addr, output_addr, self.done.scatter, self.done.gather)
+        self.done = plan.after(self.done)  # as enqueue: only once every operation is enqueued
+
+    def program(self, plan: AllToAllPlan, itemsize: int) -> Program:
+        """``plan``'s operations for this rank after the rounds :attr:`done`, as a
+        :class:`~mpiring.cuda.streamprog.Program`: made once per call shape and kept (the
+        module docstring says what the key holds and how much is kept)."""
+        key = (plan, itemsize, _canonical(self.done.scatter), _canonical(self.done.gather))
+        found = self._programs.get(key)
+        if found is not None:
+            self._programs.move_to_end(key)
+            return found
+        made = self._build(plan, itemsize, Rounds(key[2], key[3]))
+        self._programs[key] = made
+        self._program_bytes += made.nbytes
+        while len(self._programs) > PROGRAMS_KEPT or (self._program_bytes > PROGRAM_BYTES_KEPT
+                                                      and len(self._programs) > 1):
+            _, old = self._programs.popitem(last=False)
+            self._program_bytes -= old.nbytes
+        return made
+
+    @property
+    def programs_held(self) -> tuple[int, int]:
+        """(programs, bytes of their records) in this engine's cache."""
+        return len(self._programs), self._program_bytes
+
+    def _build(self, plan: AllToAllPlan, itemsize: int, done: Rounds) -> Program:
+        """The records of ``plan``'s issue order after ``done`` (what :meth:`enqueue` would call
+        the device with, the call's buffers and rounds left open)."""
+        rows: list[tuple[int, ...]] = []
+        for key, op in plan.issue_order(self.rank, done):
+            stream = self.streams[key]
+            if isinstance(op, Wait | Signal):
+                if isinstance(op, Wait):  # a device wait takes an unsigned value: none is for <= 0
+                    assert op.value > 0, f"a wait for {op.value}: {op}"
+                gather = op.flag[0] in GATHER_FLAGS
+                base, offset = ((streamprog.GATHER, op.value - done.gather) if gather
+                                else (streamprog.SCATTER, op.value - done.scatter))
+                code = streamprog.WAIT if isinstance(op, Wait) else streamprog.WRITE
+                rows.append((code, stream, streamprog.FIXED, self._flag(op.flag), base, offset, 0, 0))
+            elif isinstance(op, Copy):
+                if op.elements:  # as enqueue: an empty copy is not issued
+                    rows.append((streamprog.COPY, stream, *self._place(op.dst, itemsize),
+                                 *self._place(op.src, itemsize), op.elements * itemsize, 0))
+            elif isinstance(op, Fold):
+                rows.append((streamprog.FOLD, stream, *self._place(op.dst, itemsize),
+                             *self._place(op.sources[self.rank], itemsize), self._fold_table(op),
+                             op.elements))
+            else:  # pragma: no cover - the schedule has no other operation
+                raise TypeError(f"unknown operation {op!r}")
+        records = np.array(rows, dtype=np.int64).reshape(len(rows), streamprog.WIDTH)
+        return Program(records, self.rank, self.layout.ranks, itemsize)
+
+    def _place(self, region: Region, itemsize: int) -> tuple[int, int]:
+        """(base, offset) of ``region``'s first byte: the call's input or output and a byte
+        offset in it, or :data:`~mpiring.cuda.streamprog.FIXED` and a staging address."""
+        kind, holder, a, _ = region
+        if kind in ("input", "output"):
+            if holder != self.rank:
+                raise ValueError(f"rank {self.rank} cannot address rank {holder}'s {kind}")
+            return streamprog.INPUT if kind == "input" else streamprog.OUTPUT, a * itemsize
+        return streamprog.FIXED, self._region(region, {}, itemsize)
 
     def stall(self, plan: AllToAllPlan, before: Rounds, words: Sequence[int]) -> tuple[Stream, Wait] | None:
         """Where a call of ``plan`` that began after the rounds ``before`` is stuck, given this
@@ -159,6 +269,12 @@ class AllToAllEngine:
         return self.addr(holder, offset)
 
     def _fold(self, stream: int, op: Fold, buffers: dict[str, int], itemsize: int) -> None:
+        self.device.fold(stream, self._region(op.dst, buffers, itemsize),
+                         self._region(op.sources[self.rank], buffers, itemsize), self._fold_table(op),
+                         self.rank, self.layout.ranks, op.elements)
+
+    def _fold_table(self, op: Fold) -> int:
+        """The address of the fold table ``op`` reads its peers' pieces through."""
         me, n = self.rank, self.layout.ranks
         peers = [op.sources[r] for r in range(n) if r != me]
         slots = {region[2] for region in peers}
@@ -168,6 +284,11 @@ class AllToAllEngine:
                 or any(region != ("inbound", me, region[2], r)
                        for r, region in ((r, op.sources[r]) for r in range(n) if r != me))):
             raise ValueError(f"rank {me}: a fold the staging's tables cannot express: {op}")
-        table = self.addr(me, self.layout.fold_table(slots.pop()))
-        self.device.fold(stream, self._region(op.dst, buffers, itemsize),
-                         self._region(op.sources[me], buffers, itemsize), table, me, n, op.elements)
+        return self.addr(me, self.layout.fold_table(slots.pop()))
+
+
+def _canonical(done: int) -> int:
+    """What of a stage's rounds before a call its program depends on (beyond offsets): the
+    rounds themselves below :data:`SLOTS` (their first "slot free" waits are dropped), else
+    :data:`SLOTS` plus their parity (the slots a round uses)."""
+    return done if done < SLOTS else SLOTS + done % SLOTS

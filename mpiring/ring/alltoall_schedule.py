@@ -63,6 +63,9 @@ from typing import NamedTuple
 from .schedule import Phase, chunk_bounds
 
 SLOTS = 2  # double buffering: two inbound and two gather slots per rank
+# Flags whose values count the all-gather stage's rounds (``g_use``); every other flag counts
+# the reduce-scatter stage's (``use``: arrived, inbound_free, folded, pushed).
+GATHER_FLAGS = frozenset({"gathered", "gather_free"})
 
 Stream = str | tuple[str, int]  # "fold", "collect", ("rs", owner) or ("ag", rank)
 Flag = tuple[str, int, int]  # (name, rank whose memory holds it, index: the peer it is about)

@@ -8,24 +8,12 @@
 #include "types.cuh"
 #include "status.cuh"
 
-// Whether the communicator was aborted (1 + the aborting rank in *abort); block 0 reports it.
-__device__ __forceinline__ bool aborted(const unsigned long long* abort, long long* status) {
-  __shared__ int stop;
-  if (threadIdx.x == 0) {
-    const unsigned long long by = *(const volatile unsigned long long*)abort;
-    stop = by != 0;
-    if (by && blockIdx.x == 0) report(status, ST_ABORTED, ST_KIND_RING, (long long)by - 1, 0, 0);
-  }
-  __syncthreads();
-  return stop;
-}
-
 template <class T, class Op>
 __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __restrict__ in,
                      const typename T::S* __restrict__ slot, long long n, int vectorized,
                      const unsigned long long* abort, long long* status) {
   typedef typename T::S S;
-  if (aborted(abort, status)) return;
+  if (aborted(abort, status, ST_KIND_RING)) return;
   const int V = 16 / sizeof(S);
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
@@ -49,7 +37,7 @@ __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __res
 template <class U>
 __global__ void copy(U* __restrict__ out, const U* __restrict__ src, long long n,
                      const unsigned long long* abort, long long* status) {
-  if (aborted(abort, status)) return;
+  if (aborted(abort, status, ST_KIND_RING)) return;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = tid; i < n; i += stride) out[i] = src[i];
@@ -61,7 +49,7 @@ template <class T>
 __global__ void average(typename T::S* __restrict__ out, long long n, int ranks,
                         const unsigned long long* abort, long long* status) {
   typedef typename T::A A;
-  if (aborted(abort, status)) return;
+  if (aborted(abort, status, ST_KIND_RING)) return;
   const A divisor = (A)ranks;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;

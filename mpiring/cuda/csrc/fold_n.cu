@@ -24,14 +24,7 @@ __global__ void fold_n(typename T::S* __restrict__ out, const typename T::S* __r
                        const void* const* __restrict__ inbound, int me, int n, long long count, int vectorized,
                        const unsigned long long* abort, long long* status) {
   typedef typename T::S S;
-  __shared__ int stop;
-  if (threadIdx.x == 0) {
-    const unsigned long long by = *(const volatile unsigned long long*)abort;
-    stop = by != 0;
-    if (by && blockIdx.x == 0) report(status, ST_ABORTED, ST_KIND_CE_TWOSHOT, (long long)by - 1, 0, 0);
-  }
-  __syncthreads();
-  if (stop) return;
+  if (aborted(abort, status, ST_KIND_CE_TWOSHOT)) return;
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const int V = 16 / sizeof(S);

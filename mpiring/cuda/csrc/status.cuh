@@ -62,4 +62,18 @@ __device__ __forceinline__ void report_mismatch(long long* status, int kind, int
   s[ST_MM_COUNT] = s[ST_MM_COUNT] + 1;
 }
 
+// Whether the communicator was aborted (1 + the aborting rank in *abort), read once per block:
+// a kernel that writes user output returns at once if so (released waits let queued work run
+// on, and it must not write stale data); block 0 reports the abort, as `kind`.
+__device__ __forceinline__ bool aborted(const unsigned long long* abort, long long* status, int kind) {
+  __shared__ int stop;
+  if (threadIdx.x == 0) {
+    const unsigned long long by = *(const volatile unsigned long long*)abort;
+    stop = by != 0;
+    if (by && blockIdx.x == 0) report(status, ST_ABORTED, kind, (long long)by - 1, 0, 0);
+  }
+  __syncthreads();
+  return stop;
+}
+
 #endif  // MPIRING_STATUS_CUH
