@@ -128,10 +128,12 @@ from mpi4py import MPI
 import numpy as np
 from mpiring.bench.rivals.base import RivalContext
 from mpiring.bench.rivals.nccl_lib import NcclLib
-first = sys.argv[1]
+first, scope = sys.argv[1], sys.argv[3]
 if first != "-":
     os.environ["LD_LIBRARY_PATH"] = os.path.dirname(first)
-    ctypes.CDLL(first)  # CuPy's, as its extension's DT_NEEDED would load it
+    # CuPy's, as its extension's DT_NEEDED would load it (local), or as torch preloads the CUDA
+    # wheels' libraries (global: its symbols then win every later library's lookups)
+    ctypes.CDLL(first, mode=os.RTLD_GLOBAL if scope == "global" else os.RTLD_LOCAL)
 os.environ["MPIRING_NCCL_LIB"] = sys.argv[2]
 rival = NcclLib(stream=lambda: 0)
 try:
@@ -154,13 +156,17 @@ def test_a_second_nccl_beside_the_first_is_its_own_copy(tmp_path) -> None:
     cupys = fake_nccl.build(tmp_path / "cupy", version=22809, soname=True)
     newer = fake_nccl.build(tmp_path / "newer", version=23203, soname=True)
 
-    def run(first: str) -> str:
-        done = subprocess.run([sys.executable, "-c", TWO_NCCLS, first, str(newer)], capture_output=True,
-                              text=True, timeout=120)
+    def run(first: str, scope: str = "local") -> str:
+        done = subprocess.run([sys.executable, "-c", TWO_NCCLS, first, str(newer), scope],
+                              capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    out = run(str(cupys))
-    assert "LOADED libnccl 2.32.3 from" in out and "| by name: 22809" in out, out
+    for scope in ("local", "global"):
+        # global: the newer file's own references (here its ncclGetVersion's read of a global)
+        # bind to itself, not to the copy loaded before it; without that, NCCL 2.32.3's
+        # ncclAllReduce refused 2.32.3's own communicator on the GPU ("corrupted comm object")
+        out = run(str(cupys), scope)
+        assert "LOADED libnccl 2.32.3 from" in out and "| by name: 22809" in out, (scope, out)
     out = run("-")
     assert "REFUSED" in out and "resolves to in this process" in out, out

@@ -1,9 +1,10 @@
 """Rival ``nccl-lib``: ``ncclAllReduce`` of another libnccl, the file ``MPIRING_NCCL_LIB`` names,
 in the same run as the libnccl CuPy loads (``nccl-direct``): a newer NCCL beside the installed one.
 
-The file is opened with ctypes, ``RTLD_LOCAL``: its symbols stay its own, so the libnccl that
-CuPy and torch loaded is untouched, and the two NCCLs live side by side in the process, each
-with its own communicators, threads and shared memory. Set-up (collective): ``ncclGetVersion``,
+The file is opened with ctypes, ``RTLD_LOCAL | RTLD_DEEPBIND``: its symbols stay its own and its
+references bind to itself first, so the libnccl that CuPy and torch loaded is untouched, and the
+two NCCLs live side by side in the process, each with its own communicators, threads and shared
+memory. Set-up (collective): ``ncclGetVersion``,
 rank 0's ``ncclGetUniqueId`` broadcast over MPI, ``ncclCommInitRank``. Each call:
 ``ncclAllReduce(send, recv, count, type, op, comm, stream)`` on raw pointers and CuPy's current
 stream (in place, ``send`` is ``recv``), its result code checked. Every reduction and element
@@ -51,7 +52,10 @@ class NcclLibrary:
         with contextlib.suppress(Exception):  # no CuPy NCCL: the check below still guards
             import cupy.cuda.nccl  # noqa: F401
         try:
-            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW)
+            # RTLD_DEEPBIND: the file's references to its own symbols bind to itself. torch loads
+            # its libnccl RTLD_GLOBAL, and without this NCCL 2.32.3's calls inside itself reached
+            # torch's 2.28.9: its ncclAllReduce refused its own communicator ("corrupted comm").
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW | os.RTLD_DEEPBIND)
         except OSError as err:
             raise InvalidArgumentError(f"MPIRING_NCCL_LIB={path} does not load: {err}") from None
         if lib._handle == _loaded_by_soname():
