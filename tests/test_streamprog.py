@@ -292,8 +292,8 @@ def test_the_setting_turns_the_executor_off() -> None:
 
 
 def test_the_area_setting() -> None:
-    assert ce_twoshot.area_bytes({}) == 8 << 20
-    assert ce_twoshot.area_bytes({"MPIRING_CE_AREA_MIB": "32"}) == 32 << 20
+    assert ce_twoshot.area_bytes({}) == 32 << 20
+    assert ce_twoshot.area_bytes({"MPIRING_CE_AREA_MIB": "8"}) == 8 << 20
     assert ce_twoshot.area_bytes({"MPIRING_CE_AREA_MIB": " 1 "}) == 1 << 20
     assert ce_twoshot.area_bytes({"MPIRING_CE_AREA_MIB": "64"}) == 64 << 20
     for bad in ("3", "0", "128", "-8", "8.0", "lots"):

@@ -140,10 +140,11 @@ TABLE: tuple[Setting, ...] = (
             "ce-twoshot's pushes: one copy stream for all peers (one, each round's pushes in turn) "
             "or one per peer (peer, all at once); equal on every rank",
             choices={"one": "one", "peer": "peer"}),
-    Setting("MPIRING_CE_AREA_MIB", "choice", 8,
+    Setting("MPIRING_CE_AREA_MIB", "choice", 32,
             "ce-twoshot's staging area in MiB: one round's piece per peer (larger: fewer rounds, fewer "
-            "host operations per byte); memory per rank: 4 (ranks - 1) areas and the flags, rounded up "
-            "to 2 MiB (8: 98 MiB on 4 GPUs, 226 on 8; 32: 386 on 4, 898 on 8); equal on every rank",
+            "device operations per byte); memory per rank, from the row's first call: 4 (ranks - 1) "
+            "areas and the flags, rounded up to 2 MiB (32: 130 MiB on 2 GPUs, 386 on 4, 898 on 8; "
+            "8: 34, 98, 226); equal on every rank",
             choices={str(1 << k): 1 << k for k in range(7)}),
     Setting("MPIRING_CUDA_AWARE_MPI", "bool", None,
             "whether the MPI moves device memory, where the library cannot say (inter='mpi')",

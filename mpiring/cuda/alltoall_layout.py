@@ -21,8 +21,8 @@ area of source ``r`` in that slot, entry ``rank`` unused) are written once when 
 is made, so a call passes ``csrc/fold_n.cu`` a pointer, never a table.
 
 Memory per rank: ``control_bytes + 4 * (ranks - 1) * area_bytes`` rounded up to 2 MiB (4 ×
-H200 with 8 MiB areas: 98 MiB). :meth:`AllToAllLayout.release_ranges` is every flag a wait polls,
-which an abort overwrites so that waits a dead peer will never satisfy finish.
+H200 with the default 32 MiB areas: 386 MiB). :meth:`AllToAllLayout.release_ranges` is every
+flag a wait polls, which an abort overwrites so that waits a dead peer will never satisfy finish.
 """
 
 from __future__ import annotations
