@@ -35,15 +35,41 @@ def test_what_the_shipped_file_says() -> None:
     table = tuning.load()  # the shipped file
     assert (table.gpu, table.link, sorted(table.tables), sorted(table.graph)) == \
         ("NVIDIA H200", "nvlink", [2, 4], [2, 4])
-    for nranks, (eager_csv, graph_csv) in shipped.SOURCES.items():
+    for nranks, ladders in shipped.SOURCES.items():
         runs = table.meta["runs"][str(nranks)]
-        assert runs["eager"]["source"] == eager_csv and runs["graph"]["source"] == graph_csv
-        assert runs["eager"]["machine"] == f"vm: {nranks} x NVIDIA H200"
-        assert runs["eager"]["measured"].startswith("2026-11-")
+        for kind, overlaid in zip(("eager", "graph"), ladders, strict=True):
+            sources = runs[kind]["sources"]
+            assert [s["source"] for s in sources] == [source.csv for source in overlaid]
+            for source in sources:
+                assert source["machine"] == f"vm: {nranks} x NVIDIA H200"
+                assert source["measured"].startswith("2026-11-")
+                assert source["commit"] != "unknown" and source["sm_budget"] is None
+            assert runs[kind]["sizes"] == "1 KiB .. 8 GiB (24 sizes)"
         assert "ring: not measured (cannot be captured into a CUDA graph)" in runs["graph"]["gaps"]
         gaps = runs["graph"]["gaps"]
         assert any(g.startswith("sizes above ") and g.endswith(" winner holds)") for g in gaps)
     assert "NVLink" in table.meta["link evidence"]
+    assert table.measured == "2026-11-27T09:10:56+00:00"  # the newest source
+
+
+def test_the_small_runs_overlay_the_full_ones_and_say_which_sizes_each_supplied() -> None:
+    runs = tuning.load().meta["runs"]
+    eager4 = runs["4"]["eager"]["sources"]
+    assert [s["supplied"] for s in eager4] == ["1 KiB .. 4 MiB (13 sizes)", "8 MiB .. 8 GiB (11 sizes)"]
+    assert eager4[0]["commit"] == "263e71e+deepbind" and "not taken" not in eager4[0]
+    assert eager4[1]["commit"].startswith("785a13a (named by the first line of h200x4-785a13a.log")
+    assert eager4[1]["not taken"] == [
+        "1 KiB to 4 MiB (13 sizes): from results/h200x4-small-263e71e-deepbind.csv"]
+    small, full = runs["4"]["graph"]["sources"]
+    assert (small["supplied"], full["supplied"]) == ("1 KiB .. 256 KiB (9 sizes)",
+                                                     "512 KiB .. 8 GiB (15 sizes)")
+    # the graph run was stopped in 512 KiB: that size is said so, and comes from the full run
+    assert small["stopped"] == "by SIGTERM in 512 KiB; it was to measure up to 1 MiB"
+    assert small["not taken"] == [
+        "512 KiB: measured in part (the run was stopped by SIGTERM there), so not used; "
+        "from results/h200x4-graph-785a13a.csv"]
+    assert "stopped" not in full and "stopped" not in eager4[0]
+    assert [s["supplied"] for s in runs["2"]["graph"]["sources"]] == ["1 KiB .. 8 GiB (24 sizes)"]
 
 
 def fastest(path: Path) -> dict[int, str]:
@@ -58,14 +84,40 @@ def fastest(path: Path) -> dict[int, str]:
     return {size: algo for size, (_, algo) in best.items()}
 
 
+def winners(overlaid: shipped.Overlay) -> dict[int, str]:
+    """Per size, the fastest candidate of the one source whose span holds it: above the
+    previous source's limit, up to its own (independently of tools.shipped.overlay)."""
+    out: dict[int, str] = {}
+    below = 0
+    for source in overlaid:
+        for size, algo in fastest(ROOT / source.csv).items():
+            if below < size and (source.up_to is None or size <= source.up_to):
+                assert size not in out, f"{size} bytes from two sources"
+                out[size] = algo
+        below = source.up_to or 0
+    return out
+
+
 @pytest.mark.parametrize("nranks", sorted(shipped.SOURCES))
-def test_at_every_measured_size_the_table_picks_the_fastest(nranks: int) -> None:
+def test_at_every_measured_size_the_table_picks_the_fastest_of_its_source(nranks: int) -> None:
     table = tuning.load()
-    eager_csv, graph_csv = shipped.SOURCES[nranks]
-    for size, algo in fastest(ROOT / eager_csv).items():
+    eager, graph = shipped.SOURCES[nranks]
+    eager_winners, graph_winners = winners(eager), winners(graph)
+    assert len(eager_winners) == len(graph_winners) == 24  # 1 KiB to 8 GiB, every size once
+    for size, algo in eager_winners.items():
         assert table.choose(nranks, size) == algo, (size, algo)
-    for size, algo in fastest(ROOT / graph_csv).items():
+    for size, algo in graph_winners.items():
         assert table.choose(nranks, size, graph=True) == algo, (size, algo)
+
+
+def test_the_4_rank_small_sizes_take_the_new_runs_winners() -> None:
+    """At 2-4 KiB and 32 KiB the 785a13a run's eager winner was two-shot; the 263e71e run
+    times oneshot-ll at 5.9-6.4 µs there, two-shot at 14.5-15.4 µs, and the table follows it."""
+    table = tuning.load()
+    old, new = fastest(ROOT / "results/h200x4-785a13a.csv"), shipped.SOURCES[4][0][0]
+    assert new.csv == "results/h200x4-small-263e71e-deepbind.csv"
+    for size in (2048, 4096, 32768):
+        assert old[size] == "twoshot" and table.choose(4, size) == "oneshot-ll"
 
 
 def test_gaps_name_missing_candidates_and_sizes(tmp_path: Path) -> None:
@@ -81,12 +133,14 @@ def test_gaps_name_missing_candidates_and_sizes(tmp_path: Path) -> None:
     assert "nccl: no timed point at 4 KiB" in gaps and "twoshot: not measured" in gaps
 
 
-def copy_sources(tmp_path: Path) -> None:
-    """The 2-rank table's eager and graph results (CSV and JSON) into ``tmp_path/results``."""
+def copy_sources(tmp_path: Path, nranks: int = 2) -> None:
+    """A rank count's eager and graph results (CSV, JSON and log) into ``tmp_path/results``."""
     (tmp_path / "results").mkdir(exist_ok=True)
-    for csv_name in shipped.SOURCES[2]:
-        for name in (csv_name, csv_name.replace(".csv", ".json")):
-            shutil.copy(ROOT / name, tmp_path / name)
+    for overlaid in shipped.SOURCES[nranks]:
+        for source in overlaid:
+            for suffix in (".csv", ".json", ".log"):
+                name = source.csv.replace(".csv", suffix)
+                shutil.copy(ROOT / name, tmp_path / name)
 
 
 def test_a_csv_of_another_kind_is_refused(tmp_path: Path) -> None:
@@ -96,6 +150,107 @@ def test_a_csv_of_another_kind_is_refused(tmp_path: Path) -> None:
         shipped.build(tmp_path, sources)
     built = shipped.build(tmp_path, {2: sources[4]})
     assert built.tables[2] == tuning.load().tables[2]
+
+
+def test_every_overlaid_csv_is_checked_to_be_of_the_kind_of_its_ladder(tmp_path: Path) -> None:
+    """The second source of an overlay is checked as the first: a 2-rank CSV under the 4-rank
+    small run, or an eager run among the graph sources, is refused."""
+    copy_sources(tmp_path, 2)
+    copy_sources(tmp_path, 4)
+    eager4, graph4 = shipped.SOURCES[4]
+    two_rank_under = (eager4[0], shipped.Source("results/h200x2-7230227.csv"))
+    with pytest.raises(ValueError, match="h200x2-7230227.csv: a tuning table is made of float32 sum "
+                                         "out-of-place points on 4 ranks"):
+        shipped.build(tmp_path, {4: (two_rank_under, graph4)})
+    eager_in_graph = (graph4[0], shipped.Source("results/h200x4-785a13a.csv"))
+    with pytest.raises(ValueError, match="h200x4-785a13a.csv: timed 'eager' calls, which cannot "
+                                         "make the graph entries"):
+        shipped.build(tmp_path, {4: (eager4, eager_in_graph)})
+    path = tmp_path / "results/h200x4-785a13a.json"  # one source under an SM budget
+    doc = json.loads(path.read_text())
+    doc["metadata"]["sm_budget"] = 16
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="4 ranks, eager: the sources were measured under "
+                                         "different SM budgets"):
+        shipped.build(tmp_path, {4: (eager4, graph4)})
+
+
+def test_a_size_comes_from_one_csv_only(tmp_path: Path) -> None:
+    """Below a source's limit a later CSV's points count for nothing, above it its own count
+    for nothing: making them absurdly fast (the ring at 1 ns) changes no pick."""
+    copy_sources(tmp_path, 4)
+    (small, full), graph = shipped.SOURCES[4]
+    limit = small.up_to
+    assert limit is not None
+    for source, outside in ((full.csv, lambda size: size <= limit),
+                            (small.csv, lambda size: size > limit)):
+        rows = read_csv(tmp_path / source)
+        for r in rows:
+            if r.algo == "ring" and r.timed and outside(r.size_bytes):
+                r.time_us = 1e-3
+        write_csv(tmp_path / source, rows)
+    built = shipped.build(tmp_path, {4: ((small, full), graph)})
+    assert built.tables[4] == tuning.load().tables[4]
+    assert all(built.choose(4, size) != "ring" for size in (1024, limit, 2 * limit, 64 << 20))
+
+
+def test_overlay_takes_each_size_from_one_source() -> None:
+    first, second = shipped.Source("a.csv", 4096), shipped.Source("b.csv")
+    assert shipped.overlay([(first, [1024, 2048, 4096]), (second, [1024, 4096, 8192, 16384])]) == \
+        {1024: "a.csv", 2048: "a.csv", 4096: "a.csv", 8192: "b.csv", 16384: "b.csv"}
+    assert shipped.overlay([(second, [1024, 2048])]) == {1024: "b.csv", 2048: "b.csv"}
+    middle = shipped.Source("m.csv", 8192)
+    assert shipped.overlay([(first, [1024, 4096]), (middle, [1024, 8192, 16384]),
+                            (second, [8192, 16384])]) == \
+        {1024: "a.csv", 4096: "a.csv", 8192: "m.csv", 16384: "b.csv"}
+
+
+@pytest.mark.parametrize("sources, message", [
+    ([(shipped.Source("a.csv", 4096), [1024, 2048]), (shipped.Source("b.csv"), [8192])],
+     "a.csv: sizes up to 4 KiB asked, but its run measured in full only 1 KiB, 2 KiB"),
+    ([(shipped.Source("a.csv"), [1024]), (shipped.Source("b.csv"), [8192])],
+     "b.csv: follows a.csv, which has no limit and leaves it no size"),
+    ([(shipped.Source("a.csv", 4096), [4096]), (shipped.Source("b.csv", 2048), [2048, 8192])],
+     "b.csv: its limit 2 KiB is not above the previous source's, 4 KiB"),
+    ([(shipped.Source("a.csv", 4096), [4096]), (shipped.Source("b.csv"), [1024, 4096])],
+     r"b.csv: supplies no size \(it measured in full 1 KiB, 4 KiB"),
+    ([(shipped.Source("a.csv", 4096), [4096]), (shipped.Source("a.csv"), [8192])],
+     "a.csv: named twice in one ladder"),
+])
+def test_overlays_that_leave_a_size_to_no_csv_or_two_are_refused(sources, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        shipped.overlay(sources)
+
+
+def test_a_stopped_run_supplies_only_the_sizes_it_measured_in_full(tmp_path: Path) -> None:
+    """The 4-GPU graph run was stopped in 512 KiB (its JSON: complete false): a limit of
+    512 KiB or 1 MiB is refused, and without a limit it supplies 1 KiB to 256 KiB only, and
+    says why 512 KiB is not used."""
+    copy_sources(tmp_path, 4)
+    eager, (small, full) = shipped.SOURCES[4]
+    stopped = read_csv(ROOT / small.csv)
+    assert max(r.size_bytes for r in stopped) == 512 << 10  # the CSV holds 512 KiB rows
+    meta = json.loads((ROOT / small.csv.replace(".csv", ".json")).read_text())["metadata"]
+    assert shipped.sizes_in_full(stopped, meta)[-1] == 256 << 10
+    for limit in (512 << 10, 1 << 20):
+        with pytest.raises(ValueError, match=f"{small.csv}: sizes up to .* asked, but its run "
+                                             r"measured in full only 1 KiB to 256 KiB \(9 sizes\)"):
+            shipped.build(tmp_path, {4: (eager, (small._replace(up_to=limit), full))})
+    alone = shipped.build(tmp_path, {4: (eager, (shipped.Source(small.csv),))})
+    source = alone.meta["runs"]["4"]["graph"]["sources"][0]
+    assert source["supplied"] == "1 KiB .. 256 KiB (9 sizes)"
+    assert source["not taken"] == ["512 KiB: measured in part (the run was stopped by SIGTERM "
+                                   "there), so not used; no source supplies it"]
+    assert alone.graph[4] == ((128 << 10, "oneshot-ll"), (None, "nccl"))  # nccl at 256 KiB
+    gaps = alone.meta["runs"]["4"]["graph"]["gaps"]
+    assert "sizes above 256 KiB: not measured (the 256 KiB winner holds)" in gaps
+
+
+def test_the_commit_comes_from_the_log_only_where_the_results_record_none(tmp_path: Path) -> None:
+    copy_sources(tmp_path, 4)
+    (tmp_path / "results/h200x4-785a13a.log").unlink()
+    sources = shipped.build(tmp_path, {4: shipped.SOURCES[4]}).meta["runs"]["4"]["eager"]["sources"]
+    assert [s["commit"] for s in sources] == ["263e71e+deepbind", "unknown"]
 
 
 # -- overlap entries: only from a committed makespan run of that machine and rank count ----------
@@ -113,7 +268,7 @@ def _makespan_results(tmp_path: Path) -> dict[int, tuple[str, str]]:
     """The 2-rank results in a new root, with a makespan run made of the eager CSV's rows:
     T_both favours the ring from 1 MiB on, NCCL below, and one-shot's makespan is missing."""
     copy_sources(tmp_path)
-    eager = shipped.SOURCES[2][0]
+    eager = shipped.SOURCES[2][0][-1].csv  # the full 1 KiB to 8 GiB run
     shutil.copy(ROOT / eager.replace(".csv", ".json"), tmp_path / "results/h200x2-makespan.json")
     rows = read_csv(ROOT / eager)
     for r in rows:
@@ -133,7 +288,8 @@ def test_a_makespan_run_gives_the_overlap_entries_and_says_where_from(tmp_path: 
     assert built.choose(2, 1 << 30, overlap=True) == "ring"
     assert built.choose(2, 1 << 30, graph=True, overlap=True) == shipped_table.choose(2, 1 << 30, graph=True)
     run = built.meta["runs"]["2"]["overlap"]
-    assert run["source"] == "results/h200x2-makespan.csv" and "T_both" in run["timing"]
+    assert [s["source"] for s in run["sources"]] == ["results/h200x2-makespan.csv"]
+    assert "T_both" in run["timing"]
     assert "oneshot: not measured" in run["gaps"] and "oneshot" not in run["candidates"]
     assert shipped.overlap_gaps(built) == []
     assert tuning.parse(json.loads(table_json(built))) == built
@@ -146,7 +302,7 @@ def test_a_makespan_run_must_hold_makespans_of_a_rank_count_with_eager_results(t
     with pytest.raises(ValueError, match=r"makespan runs for \[4\] ranks"):
         shipped.build(tmp_path, sources, {4: "results/h200x2-makespan.csv"})
     with pytest.raises(ValueError, match="no candidate of auto's makespan was timed"):
-        shipped.build(tmp_path, sources, {2: shipped.SOURCES[2][0]})  # no t_both_us
+        shipped.build(tmp_path, sources, {2: shipped.SOURCES[2][0][-1].csv})  # no t_both_us
 
 
 def test_the_runs_record_the_sm_budget_and_one_table_serves_one_budget(tmp_path: Path) -> None:
@@ -161,8 +317,8 @@ def test_the_runs_record_the_sm_budget_and_one_table_serves_one_budget(tmp_path:
     with pytest.raises(ValueError, match=r"2 ranks: the results were measured under different SM "
                                          r"budgets \{'eager': None, 'graph': None, 'overlap': 16\}"):
         shipped.build(tmp_path, sources, {2: "results/h200x2-makespan.csv"})
-    for csv_name in shipped.SOURCES[2]:
-        path = tmp_path / csv_name.replace(".csv", ".json")
+    for source in (s for overlaid in shipped.SOURCES[2] for s in overlaid):
+        path = tmp_path / source.csv.replace(".csv", ".json")
         doc = json.loads(path.read_text())
         doc["metadata"]["sm_budget"] = 16
         path.write_text(json.dumps(doc))
@@ -175,7 +331,7 @@ def test_outside_the_repository_it_says_what_it_needs(tmp_path: Path, capsys) ->
     with no traceback."""
     assert shipped.main(["--root", str(tmp_path), "--check"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert f"{tmp_path} is not mpiring's repository" in err and shipped.SOURCES[2][0] in err
+    assert f"{tmp_path} is not mpiring's repository" in err and shipped.SOURCES[2][0][0].csv in err
     assert "--root <checkout>" in err and "Traceback" not in err
     assert shipped.missing(ROOT) == []
 
@@ -191,7 +347,7 @@ def test_results_that_are_no_table_are_said_so(tmp_path: Path, capsys) -> None:
     for name in shipped.missing(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
-    csv_path = tmp_path / shipped.SOURCES[2][0]
+    csv_path = tmp_path / shipped.SOURCES[2][0][0].csv
     rows = read_csv(csv_path)
     write_csv(csv_path, [r for r in rows if r.algo not in auto_candidates()])  # no candidate
     assert shipped.main(["--root", str(tmp_path), "--check"]) == 2
