@@ -49,6 +49,7 @@ from .node.control import ControlBoard
 from .node.groups import Groups, duplicate, make_groups
 from .node.setup_steps import settling
 from .node.signals import Watch
+from .ring.alltoall_tracing import TraceHook
 from .ring.pipeline import RingPipeline
 
 log = logging.getLogger(__name__)
@@ -484,6 +485,18 @@ class Communicator:
         pipeline = getattr(backend, "pipeline", None)
         assert isinstance(pipeline, RingPipeline), type(backend).__name__  # every backend has one
         return pipeline
+
+    def ce_twoshot_hook(self) -> TraceHook:
+        """Where this rank's ``ce-twoshot`` calls look for a tracer: the hook that
+        :func:`mpiring.trace.alltoall_timeline` (and tests) set and put back
+        (:class:`mpiring.ring.alltoall_tracing.TraceHook`). Per rank, not collective: it makes
+        nothing of the row (its first call makes its staging). Raises
+        :class:`UnavailableError` without GPUs (``gpu=False``, or closed): the row runs on GPU
+        arrays only."""
+        if self._held.gpu is None:
+            raise UnavailableError("this communicator has no GPUs (gpu=False, or closed): ce-twoshot "
+                                   "runs on GPU arrays only")
+        return algorithms.ce_twoshot.trace_hook(self._held.gpu)
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:
