@@ -46,10 +46,17 @@ def open_communicators() -> int:
     return _open
 
 
-def _exhausted(text: str) -> bool:
+def _exhausted(text: str, committed_dup: bool) -> bool:
     """Whether MPI's error ``text`` says it has no communicator left. A nonblocking duplicate
-    only says "Other MPI error" (MPICH), so then this process tries to make one of its own."""
-    if any(sign in text.lower() for sign in _SIGNS):
+    only says "Other MPI error" (MPICH), from the schedule of its nonblocking agreement on a
+    context id. Where every rank had committed to that duplicate (``committed_dup``:
+    :func:`duplicate`), an id free on every rank is all it needs, so that error from that
+    schedule is this: a probe of this process alone could still succeed (its free ids may not
+    be another rank's). Elsewhere this process tries to make one of its own."""
+    lower = text.lower()
+    if any(sign in lower for sign in _SIGNS):
+        return True
+    if committed_dup and "other mpi error" in lower and "sched" in lower:
         return True
     try:
         MPI.COMM_SELF.Dup().Free()  # local: needs a context id of this process only
@@ -59,15 +66,16 @@ def _exhausted(text: str) -> bool:
 
 
 @contextlib.contextmanager
-def out_of_communicators(rank: int) -> Iterator[None]:
+def out_of_communicators(rank: int, committed_dup: bool = False) -> Iterator[None]:
     """Around a set-up step that makes an MPI communicator: where MPI has run out of them, raise
     a :class:`SetupError` that says so and names the limit, instead of MPI's own error (every
-    rank meets it in the same collective); MPI's other errors pass unchanged."""
+    rank meets it in the same collective); MPI's other errors pass unchanged. ``committed_dup``:
+    the step is a duplicate every rank has committed to (:func:`duplicate`)."""
     try:
         yield
     except MPI.Exception as err:
         text = err.Get_error_string()
-        if not _exhausted(text):
+        if not _exhausted(text, committed_dup):
             raise
         last = [line.strip() for line in text.splitlines() if line.strip()][-1]
         held = open_communicators()
@@ -83,7 +91,7 @@ def out_of_communicators(rank: int) -> Iterator[None]:
 def duplicate(comm: MPI.Intracomm, timeout: float) -> MPI.Intracomm:
     """The communicator's own duplicate of ``comm`` (:func:`mpiring.node.setup_steps.join`: bounded,
     names the ranks that never arrive), where MPI running out of communicators is named."""
-    with out_of_communicators(comm.rank):
+    with out_of_communicators(comm.rank, committed_dup=True):
         return join(comm, timeout)
 
 
