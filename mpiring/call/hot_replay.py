@@ -36,7 +36,6 @@ MPI, which only Python polls), and for replays that are not one bound launch.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from array import array
@@ -47,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from mpi4py import MPI
 
 from .. import algorithms
-from ..core import settings
+from ..core import extensions
 from ..cuda.launcher import StreamLaunch, driver_error
 from .call_check import CallCheck
 
@@ -68,11 +67,8 @@ log = logging.getLogger(__name__)
 
 def compiled(environ: dict[str, str] | None = None) -> ModuleType | None:
     """The extension module, or None where it is not built or ``MPIRING_HOTPATH=0``."""
-    if settings.flag("MPIRING_HOTPATH", environ) is False:
-        return None
-    try:
-        module = importlib.import_module(EXTENSION)
-    except ImportError:
+    module = extensions.optional(EXTENSION, environ)
+    if module is None:
         return None
     outcomes = (module.FALLBACK, module.REPLAYED, module.REPLAYED_REPORT, module.LAUNCH_FAILED)
     if outcomes != (FALLBACK, REPLAYED, REPLAYED_REPORT, LAUNCH_FAILED):

@@ -41,14 +41,13 @@ builds it where a C compiler exists; a checkout: ``python -m tools.build_hotpath
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..core import settings
+from ..core import extensions
 from .grids import fold_blocks
 from .launcher import driver_error
 from .memops import StreamMemOps
@@ -124,11 +123,8 @@ class Program:
 
 def compiled(environ: dict[str, str] | None = None) -> ModuleType | None:
     """The extension module, or None where it is not built or ``MPIRING_HOTPATH=0``."""
-    if settings.flag("MPIRING_HOTPATH", environ) is False:
-        return None
-    try:
-        module = importlib.import_module(EXTENSION)
-    except ImportError:
+    module = extensions.optional(EXTENSION, environ)
+    if module is None:
         return None
     codes = (module.WAIT, module.WRITE, module.COPY, module.FOLD)
     if module.WIDTH != WIDTH or codes != (WAIT, WRITE, COPY, FOLD):
