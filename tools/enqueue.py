@@ -191,30 +191,34 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 print(f"# {name}: n/a ({refusal})")
         for check, comm in comms.items():
             for name in names:
-                row = algorithms.get(name)
-                if not runs[name] or (check == "host" and not row.gpu_check):
-                    continue  # refused; or checked on the host anyway, as by default
+                if not runs[name]:
+                    continue  # refused
+                # auto is no row: its pick for this size says how its calls are checked and kept.
+                row = algorithms.get(comms["gpu"].resolve(count, np.float32, name))
+                if check == "host" and not row.gpu_check:
+                    continue  # checked on the host anyway, as by default
+                shown = name if row.name == name else f"{name}={row.name}"
                 if check != "gpu":
                     comm.Allreduce(x, out, algorithm=name)  # its first call plans (timed: replays)
                 note = "" if row.graph_capturable or not (gpu and args.gate) else ", not gated"
-                labels.append(f"{name} (check {check or 'off'})" + note)
+                labels.append(f"{shown} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
                 gated.append(row.graph_capturable)
                 if check in python_keys and row.bind is not None:
                     keyed_comm = python_keys[check]
                     keyed_comm.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{name} (check {check or 'off'}, Python key)" + note)
+                    labels.append(f"{shown} (check {check or 'off'}, Python key)" + note)
                     cases.append(_call(keyed_comm, name, x, out))
                     gated.append(row.graph_capturable)
                 if check in python_replays and row.bind is not None:
                     python_comm = python_replays[check]
                     python_comm.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{name} (check {check or 'off'}, Python replay)" + note)
+                    labels.append(f"{shown} (check {check or 'off'}, Python replay)" + note)
                     cases.append(_call(python_comm, name, x, out))
                     gated.append(row.graph_capturable)
                 if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{name} (check off, full path)")
+                    labels.append(f"{shown} (check off, full path)")
                     cases.append(_call(full, name, x, out))
                     gated.append(row.graph_capturable)
         if gpu and args.torch:  # the same calls on torch views of the same memory
