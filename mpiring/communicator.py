@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import threading
 import warnings
 from typing import Any, NamedTuple, cast
 
@@ -28,7 +27,7 @@ from .auto import tuning as auto_tuning
 from .auto.table import TuningTable
 from .call.agreement import FIELDS
 from .call.dispatch import Dispatcher, Key
-from .call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer
+from .call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, new_lock
 from .call.options import Options, check_comm, empty_like
 from .call.replay import CallKeys, replay_for
 from .context.rails import INTERS
@@ -49,9 +48,11 @@ from .node.control import ControlBoard
 from .node.groups import Groups, duplicate, make_groups
 from .node.setup_steps import settling
 from .node.signals import Watch
+from .ring.alltoall_tracing import TraceHook
 from .ring.pipeline import RingPipeline
 
 log = logging.getLogger(__name__)
+_ALLREDUCE = Collective.ALLREDUCE  # (a module global: read per call)
 
 
 class CallStats(NamedTuple):
@@ -143,9 +144,11 @@ class Communicator:
         # counts (replayed): the compiled replays hold their addresses (mpiring.call.hot_replay).
         self._words = CallWords()
         self._hot: HotPath | None = None  # the compiled replay's maker, once set up (if it can)
+        # Its CallTable: a call's key, plan lookup and replay in one C call (Allreduce's first step).
+        self._calls: Any = None
         # MPI forbids concurrent calls on one communicator: every call, close() and synchronize()
         # holds this lock, taken without waiting (a second thread gets ConcurrentCallError).
-        self._lock = threading.Lock()
+        self._lock = new_lock()  # (CallLock where the compiled replay can run: its table takes it in C)
         self._watch = Watch()
         base = MPI.COMM_WORLD if comm is None else comm
         check_comm(base)  # every rank holds the same kind of handle: all raise, before any collective
@@ -180,6 +183,9 @@ class Communicator:
                 hooks = None if self._held.gpu is None else self._held.gpu.replay_hooks()
                 self._hot = HotPath.make(self._words, hooks, self._held.board, self._held.check)
                 self._replayer = Replayer(self._words, self._usable, self._fail, self._held.check)
+                if self._hot is not None:
+                    self._calls = self._hot.call_table(self._lock, self._replayer.finish,
+                                                       self._held.call_keys, self._dispatch)
         except BaseException as err:  # release what was made
             self._failed = f"set-up failed: {type(err).__name__}: {err}"
             # A SetupError is raised on every rank alike: they meet to free the host board. After
@@ -353,7 +359,11 @@ class Communicator:
         work there sees the result. ``op`` is ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
         ``MPI.MIN`` or ``"avg"`` (floating types: the sum divided by the number of ranks).
         """
-        self._collective(Collective.ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches)
+        # A shape seen before, compiled: key, lookup and replay in one C call (mpiring.call.hot_replay);
+        # None: nothing done, and _collective runs the call.
+        calls = self._calls
+        if calls is None or calls.run(_ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches) is None:
+            self._collective(_ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches)
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *,
                              algorithm: str | None = None, batches: int | None = None) -> None:
@@ -388,6 +398,9 @@ class Communicator:
                         self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
                 return
             if replay is not None:  # a shape seen before (mpiring.call.replay)
+                calls = self._calls
+                if replay.hot is not None and calls is not None:  # later calls: all in Allreduce's C call
+                    calls.learn(collective, sendbuf, recvbuf, op, algorithm, batches, replay, replay.hot)
                 # Replayer.replay, inlined: the compiled replay, with no Python call on its way
                 outcome = replay.hot.run() if replay.hot is not None else FALLBACK
                 if outcome == REPLAYED or self._replayer.finish(replay, outcome):
@@ -484,6 +497,18 @@ class Communicator:
         pipeline = getattr(backend, "pipeline", None)
         assert isinstance(pipeline, RingPipeline), type(backend).__name__  # every backend has one
         return pipeline
+
+    def ce_twoshot_hook(self) -> TraceHook:
+        """Where this rank's ``ce-twoshot`` calls look for a tracer: the hook that
+        :func:`mpiring.trace.alltoall_timeline` (and tests) set and put back
+        (:class:`mpiring.ring.alltoall_tracing.TraceHook`). Per rank, not collective: it makes
+        nothing of the row (its first call makes its staging). Raises
+        :class:`UnavailableError` without GPUs (``gpu=False``, or closed): the row runs on GPU
+        arrays only."""
+        if self._held.gpu is None:
+            raise UnavailableError("this communicator has no GPUs (gpu=False, or closed): ce-twoshot "
+                                   "runs on GPU arrays only")
+        return algorithms.ce_twoshot.trace_hook(self._held.gpu)
 
     def batches_for(self, count: int, dtype: Any, *, gpu: bool | None = None,
                     algorithm: str | None = None, batches: int | None = None) -> int | None:

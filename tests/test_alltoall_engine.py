@@ -8,10 +8,12 @@ element is compared bitwise with the rank-ordered reference (mpiring.core.reprod
 The staging starts poisoned, and a drawn order that lets a stream run past a wait it should not
 would read poison or a stale round.
 
-Each call is enqueued one of three ways (``via``): the engine's Python walk of the issue order
-(the reference), its call shape's program read in Python (Program.issue), or that program run
+Each call is enqueued one of four ways (``via``): the engine's Python walk of the issue order
+(the reference), its call shape's program read in Python (Program.issue), that program run
 by the compiled executor (mpiring/cuda/_streamprog.c, built here from its source) whose driver
-entry points pass every call on to the simulated GPU: so the programs are checked for results."""
+entry points pass every call on to the simulated GPU: so the programs are checked for results;
+or the Python walk traced (ce_twoshot.issue_traced: an event recorded on each operation's stream
+before and after it, the simulated GPU's events: tests/test_alltoall_tracing.py reads them)."""
 
 from __future__ import annotations
 
@@ -24,18 +26,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpiring.algorithms.ce_twoshot import issue_call
+from mpiring.algorithms.ce_twoshot import issue_call, issue_traced
 from mpiring.core.reproducible import reference
 from mpiring.cuda.alltoall_layout import AllToAllLayout
 from mpiring.cuda.layout import MAX_RANKS
 from mpiring.cuda.memops import StreamMemOps
 from mpiring.ring.alltoall_engine import AllToAllEngine
 from mpiring.ring.alltoall_schedule import AllToAllPlan
+from mpiring.ring.alltoall_tracing import AllToAllTracer
 from mpiring.ring.schedule import Phase
 from tools import streamprog_bench as bench
 
 SPAN = 1 << 32  # address space of one buffer in the simulation
-VIAS = ("reference", "program", "compiled")
+VIAS = ("reference", "program", "compiled", "traced")
+CALL_STREAM = 0  # the caller's stream in the simulation (a traced call's reference mark)
 _MODULE: list = []  # the executor's extension, built once per session (None: no gcc)
 
 
@@ -56,6 +60,9 @@ class Memory:
 
     def __init__(self) -> None:
         self.buffers: dict[int, np.ndarray] = {}
+        self.tick = 0  # operations run so far on every GPU: the simulation's clock
+        self.reached: dict[int, int] = {}  # event -> the tick at which it ran
+        self.events = 0  # events recorded so far, on every GPU
 
     def add(self, index: int, nbytes: int, fill: int = 0xA5) -> int:
         self.buffers[index] = np.full(nbytes, fill, dtype=np.uint8)
@@ -81,9 +88,22 @@ class SimDevice:
         self.memory, self.dtype = memory, dtype
         self.serial = serial  # every stream on one queue, in enqueue order: the worst case
         self.queues: dict[int, deque] = {}
+        self.log: list[tuple[int, tuple]] = []  # (stream, operation) of everything enqueued
 
     def _put(self, stream: int, op: tuple) -> None:
+        self.log.append((stream, op))
         self.queues.setdefault(-1 if self.serial else stream, deque()).append(op)
+
+    def record_event(self, stream: int) -> int:
+        """cudaEventRecord: an event reached once the stream's earlier work ran."""
+        mem = self.memory
+        mem.events += 1
+        self._put(stream, ("event", mem.events))
+        return mem.events
+
+    def wait_event(self, stream: int, event: int) -> None:
+        """cudaStreamWaitEvent: the stream's later work waits until ``event`` was reached."""
+        self._put(stream, ("wait event", event))
 
     def wait_geq(self, stream: int, addr: int, value: int) -> None:
         # cuStreamWaitValue64 takes an unsigned value; a wait that always holds is not issued.
@@ -101,11 +121,16 @@ class SimDevice:
         self._put(stream, ("fold", out, mine, table, me, ranks, count))
 
     def ready(self, op: tuple) -> bool:
+        if op[0] == "wait event":
+            return op[1] in self.memory.reached
         return op[0] != "wait" or self.memory.u64(op[1]) >= op[2]
 
     def run(self, op: tuple, ufunc_op: str) -> None:
         mem, item = self.memory, self.dtype.itemsize
-        if op[0] == "write":
+        mem.tick += 1
+        if op[0] == "event":
+            mem.reached[op[1]] = mem.tick
+        elif op[0] == "write":
             assert op[2] > mem.u64(op[1]), f"{op}: flags only grow"
             mem.set_u64(op[1], op[2])
         elif op[0] == "copy":
@@ -117,6 +142,27 @@ class SimDevice:
             assert all(sources), f"fold: an empty table entry: {sources}"
             parts = [mem.bytes(a, count * item).view(self.dtype).copy() for a in sources]
             mem.bytes(out, count * item)[...] = reference(parts, ufunc_op).view(np.uint8)
+
+
+class SimMarks:
+    """The tracer's marks (mpiring.ring.alltoall_tracing.Marks) on a simulated GPU: its events,
+    whose time is the simulation's tick when they ran."""
+
+    def __init__(self, device: SimDevice) -> None:
+        self.device = device
+
+    def record(self, stream: int) -> int:
+        return self.device.record_event(stream)
+
+    def wait(self, stream: int, mark: int) -> None:
+        self.device.wait_event(stream, mark)
+
+    def seconds(self, reference: int, mark: int) -> float:
+        reached = self.device.memory.reached
+        return float(reached[mark] - reached[reference])
+
+    def close(self) -> None:
+        pass
 
 
 class Node:
@@ -142,6 +188,7 @@ class Node:
                 table = self.memory.bytes(addr(r, self.layout.fold_table(slot)), 8 * MAX_RANKS)
                 table[...] = words.view(np.uint8)
         self.next_buffer = size
+        self.tracers = [AllToAllTracer(SimMarks(d)) for d in self.devices]  # used by via="traced"
         self.executors: list = []
         if via == "compiled":
             module = executor_module()
@@ -159,6 +206,8 @@ class Node:
         elif self.via == "program":
             engine.enqueue_program(plan, input_addr, output_addr, item,
                                    lambda p, i, o, s, g: p.issue(device, i, o, s, g))
+        elif self.via == "traced":
+            issue_traced(engine, self.tracers[rank], CALL_STREAM, plan, input_addr, output_addr, item)
         else:
             issue_call(engine, self.executors[rank], plan, input_addr, output_addr, item, bench.FUNCTION)
 

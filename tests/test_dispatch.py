@@ -254,10 +254,15 @@ def test_plans_are_bounded_and_an_unhashable_algorithm_is_named() -> None:
     from mpiring.call.dispatch import PLAN_ENTRIES
 
     d = host_dispatcher(CountingHost())
+    emptied = []  # the compiled index of the plans' replays (a CallTable) goes with them
+    d.compiled = SimpleNamespace(clear=lambda: emptied.append(len(d._plans)))
     pool = np.zeros(PLAN_ENTRIES + 8, np.float32)
     for start in range(PLAN_ENTRIES + 8):
         d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[start:start + 1], MPI.SUM, "ring", None)
     assert 0 < len(d._plans) <= PLAN_ENTRIES
+    assert emptied == [0]  # once, when the plans were dropped
+    d.clear()
+    assert emptied == [0, 0] and not d._plans
     with pytest.raises(InvalidArgumentError, match=r"unknown algorithm \"\['ring'\]\""):
         d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[:4], MPI.SUM, ["ring"], None)
     with pytest.raises(InvalidArgumentError, match="unknown algorithm"):

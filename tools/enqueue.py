@@ -11,7 +11,9 @@ enqueued; the GPU is not waited for inside a round), with the agreement check as
 (``gpu``: on the GPU for oneshot, twoshot and oneshot-ll, on the host for the others), on the
 host for every call (``host``, shown for the rows that would check on the GPU) and off (and,
 for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.call.replay``;
-where replays run compiled, ``mpiring.call.hot_replay``, also the same replays in Python),
+where replays run compiled, ``mpiring.call.hot_replay``, also the same replays in Python, and,
+where the call table keys and looks calls up in C too, the compiled replays after Python's key
+and lookup: the rows "Python key"),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
 for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
 cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
@@ -154,6 +156,10 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
     # Where replays run compiled (mpiring.call.hot_replay), the same replays in Python beside them.
     python_replays = {check: _python_replays(world, gpu, check) for check in ("gpu", False)
                       if comms["gpu"].compiled_replay}
+    # Where the call table runs (key, lookup and replay in one C call), the same compiled replays
+    # after Python's key and lookup beside them (their table keys no array type).
+    python_keys = {check: _python_keys(world, gpu, check) for check in ("gpu", False)
+                   if comms["gpu"].call_keys.compiled is not None}
     try:
         if gpu:
             import cupy
@@ -185,24 +191,34 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 print(f"# {name}: n/a ({refusal})")
         for check, comm in comms.items():
             for name in names:
-                row = algorithms.get(name)
-                if not runs[name] or (check == "host" and not row.gpu_check):
-                    continue  # refused; or checked on the host anyway, as by default
+                if not runs[name]:
+                    continue  # refused
+                # auto is no row: its pick for this size says how its calls are checked and kept.
+                row = algorithms.get(comms["gpu"].resolve(count, np.float32, name))
+                if check == "host" and not row.gpu_check:
+                    continue  # checked on the host anyway, as by default
+                shown = name if row.name == name else f"{name}={row.name}"
                 if check != "gpu":
                     comm.Allreduce(x, out, algorithm=name)  # its first call plans (timed: replays)
                 note = "" if row.graph_capturable or not (gpu and args.gate) else ", not gated"
-                labels.append(f"{name} (check {check or 'off'})" + note)
+                labels.append(f"{shown} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
                 gated.append(row.graph_capturable)
+                if check in python_keys and row.bind is not None:
+                    keyed_comm = python_keys[check]
+                    keyed_comm.Allreduce(x, out, algorithm=name)
+                    labels.append(f"{shown} (check {check or 'off'}, Python key)" + note)
+                    cases.append(_call(keyed_comm, name, x, out))
+                    gated.append(row.graph_capturable)
                 if check in python_replays and row.bind is not None:
                     python_comm = python_replays[check]
                     python_comm.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{name} (check {check or 'off'}, Python replay)" + note)
+                    labels.append(f"{shown} (check {check or 'off'}, Python replay)" + note)
                     cases.append(_call(python_comm, name, x, out))
                     gated.append(row.graph_capturable)
                 if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{name} (check off, full path)")
+                    labels.append(f"{shown} (check off, full path)")
                     cases.append(_call(full, name, x, out))
                     gated.append(row.graph_capturable)
         if gpu and args.torch:  # the same calls on torch views of the same memory
@@ -217,7 +233,7 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             print(f"# host time per eager call: {format_size(count * 4)} float32 sum, {world.size} "
                   f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
                   f"of {args.calls} calls (range)" + ("; then each rank's median" if world.size > 1 else "")
-                  + f"; replays {'compiled' if comms['gpu'].compiled_replay else 'in Python'}")
+                  + f"; replays {_replays(comms['gpu'])}")
             for i, (label, t) in enumerate(zip(labels, times, strict=True)):
                 ranks = "  ranks " + " ".join(f"{m[i]:.1f}" for m in medians) if world.size > 1 else ""
                 print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f}){ranks}")
@@ -225,9 +241,18 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             profiled = comms[PROFILE_CHECKS[args.profile_check]]
             profile(profiled, args.profile, x, out, args.calls, sync, world, args.profile_check)
     finally:
-        for comm in (*comms.values(), full, *python_replays.values()):
+        for comm in (*comms.values(), full, *python_replays.values(), *python_keys.values()):
             comm.close()
     return 0
+
+
+def _python_keys(world: MPI.Intracomm, gpu: bool, check: str | bool) -> Communicator:
+    """A communicator whose compiled replays run after Python's key and lookup: its call table
+    (``call_keys.compiled``) keys no array type, so it holds nothing and every call reaches
+    ``_collective`` (as before the table)."""
+    comm = Communicator(world, gpu=gpu, check=check)
+    comm.call_keys.compiled.array_type = None
+    return comm
 
 
 def _python_replays(world: MPI.Intracomm, gpu: bool, check: str | bool) -> Communicator:
@@ -241,6 +266,16 @@ def _python_replays(world: MPI.Intracomm, gpu: bool, check: str | bool) -> Commu
             del os.environ["MPIRING_HOTPATH"]
         else:
             os.environ["MPIRING_HOTPATH"] = before
+
+
+def _replays(comm: Communicator) -> str:
+    """How ``comm``'s eager replays run: in Python; compiled; or compiled with the call's key
+    and lookup in C too (its call table, mpiring.call.hot_replay)."""
+    if not comm.compiled_replay:
+        return "in Python"
+    if comm.call_keys.compiled is None:
+        return "compiled (key and lookup in Python)"
+    return "compiled, key and lookup in C (call table)"
 
 
 def _add_torch_cases(world: MPI.Intracomm, comm: Communicator, names: Sequence[str], x, out,

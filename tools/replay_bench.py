@@ -4,34 +4,49 @@ tests of mpiring.call.hot_replay use too)::
 
     python -m tools.build_hotpath && python -m tools.replay_bench [--calls 200000] [--rounds 5]
 
-What it runs is what a GPU communicator's replayed call runs (``Communicator._collective`` from
-the plan lookup on): a real control board and agreement check (one rank, ``MPI.COMM_SELF``), a
-stand-in GPU backend (:class:`FakeGpu`: its status words, watchdog word and stream order kept as
-``GpuBackend`` keeps them), and a launch that records (:class:`Launches`: a Python callable on
-the Python path, the same recorder behind a ctypes function pointer on the compiled one) or, for
-the timings, does nothing (a no-op C function; a no-op Python function). Rows: the Python
-replay, the compiled one (as the communicator inlines it), with and without the agreement post.
+What it runs is what a GPU communicator's replayed call runs: a real control board and agreement
+check (one rank, ``MPI.COMM_SELF``), a stand-in GPU backend (:class:`FakeGpu`: its status words,
+watchdog word and stream order kept as ``GpuBackend`` keeps them), and a launch that records
+(:class:`Launches`: a Python callable on the Python path, the same recorder behind a ctypes
+function pointer on the compiled one) or, for the timings, does nothing (a no-op C function; a
+no-op Python function). Two tables, with and without the agreement post:
+
+- *whole call*: ``comm.Allreduce(x, out)`` of a shape seen before, through
+  ``Communicator.Allreduce`` and ``_collective`` themselves (:class:`ReplayingCommunicator`),
+  on CuPy-like arrays (:class:`CupyLike`): the compiled call table (key, lookup and replay in
+  one C call), the compiled replay after Python's key and lookup (the call table off), and the
+  Python replay;
+- *replay alone*: from the plan's replay on (``Communicator._collective`` after the lookup),
+  compiled and in Python.
+
+The rounds of every case interleave (machine noise moves all cases alike).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import statistics
 import sys
+import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from mpiring.algorithms import Collective
 from mpiring.call.agreement import FIELDS, AgreementCheck
 from mpiring.call.call_check import CallCheck
-from mpiring.call.dispatch import Replay
-from mpiring.call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, compiled
+from mpiring.call.dispatch import Key, Replay
+from mpiring.call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, compiled, new_lock
 from mpiring.call.options import GPU_CHECK
+from mpiring.call.replay import CallKeys
+from mpiring.communicator import Communicator
 from mpiring.context.gpu import ReplayHooks
 from mpiring.core.errors import CommunicatorClosedError
 from mpiring.cuda.contract import MM_COUNT, STATE, WORDS
@@ -233,16 +248,97 @@ class Harness:
         self.board.close(abandon=self.failed is not None)
 
 
+class MemoryPointer:
+    """CuPy's ``MemoryPointer`` as a call's key reads it: ``ptr`` (a C-level attribute)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class CupyLike(np.ndarray):
+    """CuPy's ``ndarray`` as a call's key reads it, at about its cost: ``data.ptr`` (C-level
+    attributes, as CuPy's Cython ones), ``shape`` and ``strides`` (a tuple built at every
+    read, as CuPy's), ``dtype``. Host memory: nothing reads it."""
+
+    __slots__ = ("data",)
+
+
+def cupy_like(count: int, ptr: int, dtype: Any = np.float32) -> CupyLike:
+    """A :class:`CupyLike` of ``count`` elements whose ``data.ptr`` is ``ptr``."""
+    array = np.zeros(count, dtype).view(CupyLike)
+    array.data = MemoryPointer(ptr)  # type: ignore[misc,assignment]  # (CupyLike's own slot)
+    return array
+
+
+class PlanCache:
+    """What a replayed call reads of the communicator's ``Dispatcher``: its plans by key
+    (``planned``), ``clear()`` and the compiled index of their replays (``compiled``)."""
+
+    def __init__(self) -> None:
+        self.plans: dict[Key, Any] = {}
+        self.compiled: Any = None
+
+    def planned(self, key: Key | None) -> Any:
+        return None if key is None else self.plans.get(key)
+
+    def clear(self) -> None:
+        self.plans.clear()
+        if self.compiled is not None:
+            self.compiled.clear()
+
+
+class ReplayingCommunicator(Communicator):
+    """A communicator cut down to its replayed calls: ``Allreduce`` and ``_collective`` are
+    :class:`~mpiring.communicator.Communicator`'s own, over the state of a :class:`Harness`
+    (its words, replayer, check, stand-in GPU) and a :class:`PlanCache` of replays planted with
+    :meth:`keep`; a call that would take the full path is counted in ``full_path`` instead.
+    ``table``: with the compiled call table (where the harness is compiled)."""
+
+    def __init__(self, h: Harness, table: bool = True) -> None:  # no set-up: nothing collective
+        self._closed, self._failed, self._planned = False, None, 0
+        # The table's ways take the extension's lock, as a communicator does; the others the
+        # threading.Lock the communicator took before it.
+        self._lock = new_lock() if table else threading.Lock()
+        self._words, self._hot, self._replayer = h.words, h.hot, h.replayer
+        keys = CallKeys(CupyLike)
+        self._held = SimpleNamespace(  # type: ignore[assignment]
+            call_keys=keys, gpu=h.gpu, check=h.check, board=h.board)
+        self._dispatch = PlanCache()  # type: ignore[assignment]
+        self._calls = None
+        if table and h.hot is not None:
+            self._calls = h.hot.call_table(self._lock, h.replayer.finish, keys, self._dispatch)
+        self.full_path = 0
+
+    def keep(self, replay: Replay, recv: Any, send: Any = None, op: Any = MPI.SUM) -> None:
+        """Plant ``replay`` as the plan of ``Allreduce(send, recv, op)``'s shape (what the
+        full path leaves after the shape's first call)."""
+        key = self._held.call_keys.key(Collective.ALLREDUCE, send, recv, op, None, None)
+        assert key is not None, "these arrays have no key"
+        self._dispatch.plans[key] = SimpleNamespace(replay=replay)  # type: ignore[attr-defined]
+
+    def _run(self, *_args: Any, **_kwargs: Any) -> None:
+        self._planned += 1
+        self.full_path += 1
+
+    def forget(self) -> None:
+        """Drop every plan, and the call table's entries, as the check setter and close() do."""
+        self._dispatch.clear()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """A call in progress in another thread (it holds the communicator's lock)."""
+        with self._lock:
+            yield
+
+    def close(self) -> None:
+        self._closed = True
+        self.forget()
+
+
 def _noop(*_args: Any) -> None:
     """The Python path's launch that does nothing (CuPy's launchKernel is one C call too)."""
-
-
-def time_calls(run: Callable[[], Any], calls: int) -> float:
-    """Seconds per call of ``run``, over ``calls`` calls."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        run()
-    return (time.perf_counter() - start) / calls
 
 
 def as_communicator_does(h: Harness, replay: Replay) -> Callable[[], Any]:
@@ -256,16 +352,51 @@ def as_communicator_does(h: Harness, replay: Replay) -> Callable[[], Any]:
     return call
 
 
-def measure(mode: str, checked: bool, calls: int, rounds: int) -> list[float]:
-    """ns per replayed call, one per round (after a warm-up round)."""
+class Case:
+    """One timed case: its label, its calls (``run``), what to close afterwards, and how many of
+    its calls took the full path (``full_path``: none may)."""
+
+    def __init__(self, label: str, run: Callable[[], Any], closing: list[Any],
+                 full_path: Callable[[], int] = lambda: 0) -> None:
+        self.label, self.run, self.closing, self.full_path = label, run, closing, full_path
+        self.ns: list[float] = []
+
+    def close(self) -> None:
+        for thing in self.closing:
+            thing.close()
+
+
+def whole_call(mode: str, checked: bool, table: bool) -> Case:
+    """``comm.Allreduce(x, out)`` of a shape seen before (8 KiB float32, out of place)."""
     h = Harness(mode, noop_launch=True)
-    try:
-        replay = h.replay(checked=checked)
-        run = as_communicator_does(h, replay)
-        time_calls(run, min(calls, 10_000))
-        return [1e9 * time_calls(run, calls) for _ in range(rounds)]
-    finally:
-        h.close()
+    comm = ReplayingCommunicator(h, table)
+    x, out = cupy_like(2048, 0x7F00_0000_0000), cupy_like(2048, 0x7F00_0010_0000)
+    comm.keep(h.replay(checked=checked), out, x)
+    how = ("compiled call table" if table else "compiled replay, Python key") if mode == "compiled" \
+        else "Python replay"
+
+    def call() -> None:
+        comm.Allreduce(x, out)
+    return Case(f"Allreduce: {how}", call, [comm, h], lambda: comm.full_path)
+
+
+def replay_alone(mode: str, checked: bool) -> Case:
+    h = Harness(mode, noop_launch=True)
+    return Case(f"replay alone: {mode}", as_communicator_does(h, h.replay(checked=checked)), [h])
+
+
+def measure(cases: list[Case], calls: int, rounds: int) -> None:
+    """ns per call of each case, one per round (after a warm-up), rounds interleaved."""
+    for case in cases:
+        for _ in range(min(calls, 10_000)):
+            case.run()
+    for _ in range(rounds):
+        for case in cases:
+            run = case.run
+            start = time.perf_counter_ns()
+            for _ in range(calls):
+                run()
+            case.ns.append((time.perf_counter_ns() - start) / calls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -277,14 +408,22 @@ def main(argv: list[str] | None = None) -> int:
     modes = MODES if HAVE_EXTENSION else ("python",)
     if not HAVE_EXTENSION:
         print("the extension is not built (python -m tools.build_hotpath): the Python replay only")
-    print(f"host time per replayed call, no-op launch, median of {args.rounds} rounds of {args.calls} "
-          f"calls (min - max)")
-    print("| replay | agreement post | ns per call |\n| --- | --- | --- |")
+    print(f"host time per replayed call, no-op launch, median of {args.rounds} interleaved rounds of "
+          f"{args.calls} calls (min - max)")
+    print("| case | agreement post | ns per call |\n| --- | --- | --- |")
     for checked in (True, False):
-        for mode in modes:
-            ns = measure(mode, checked, args.calls, args.rounds)
-            print(f"| {mode} | {'posted' if checked else 'off'} | {statistics.median(ns):.0f} "
-                  f"({min(ns):.0f} - {max(ns):.0f}) |")
+        cases = [whole_call("compiled", checked, table) for table in (True, False) if HAVE_EXTENSION]
+        cases += [whole_call("python", checked, False)] + [replay_alone(mode, checked) for mode in modes]
+        try:
+            measure(cases, args.calls, args.rounds)
+            fell = [case.label for case in cases if case.full_path()]
+            assert not fell, f"calls of {fell} took the full path: the benchmark lost its point"
+        finally:
+            for case in cases:
+                case.close()
+        for case in cases:
+            print(f"| {case.label} | {'posted' if checked else 'off'} | {statistics.median(case.ns):.0f} "
+                  f"({min(case.ns):.0f} - {max(case.ns):.0f}) |")
     return 0
 
 

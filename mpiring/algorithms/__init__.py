@@ -21,6 +21,8 @@ below; :func:`register` adds a row at run time (every rank must register the sam
 
 from __future__ import annotations
 
+from array import array
+
 from ..core.buffers import Memory
 from ..core.errors import InvalidArgumentError
 from . import ce_twoshot, direct, hier, mpi, mpi_twoshot, nccl, ring, ring_events
@@ -29,7 +31,9 @@ from .base import BOTH, GPU, HOST, Algorithm, Call, CallShape, Collective, Scope
 AUTO = "auto"
 
 _TABLE: dict[str, Algorithm] = {}
-_VERSION = [0]  # bumped by every change of the table: what memos of its answers key on
+# Bumped by every change of the table: what memos of its answers key on. An int64 word, so
+# that the compiled call table (mpiring.call.hot_replay) reads it at every call (version_word).
+_VERSION = array("q", [0])
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -53,6 +57,11 @@ def unregister(name: str) -> None:
 def version() -> int:
     """A number that changes whenever a row is added or removed."""
     return _VERSION[0]
+
+
+def version_word() -> tuple[int, object]:
+    """The address of the int64 word :func:`version` reads, and its owner (keep it alive)."""
+    return _VERSION.buffer_info()[0], _VERSION
 
 
 for _row in (ring.ROW, ring_events.ROW, direct.ONESHOT, direct.TWOSHOT, direct.ONESHOT_LL, ce_twoshot.ROW,

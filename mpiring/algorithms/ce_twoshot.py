@@ -22,6 +22,10 @@ stream memory operations: the host enqueues a call and returns.
   the call shape's program (:meth:`~mpiring.ring.alltoall_engine.AllToAllEngine.program`),
   else one Python driver call each (:meth:`AllToAllEngine.enqueue
   <mpiring.ring.alltoall_engine.AllToAllEngine.enqueue>`, the reference);
+* its timeline: inside :func:`mpiring.trace.alltoall_timeline` the communicator's
+  :func:`trace_hook` holds a tracer, and each call is issued by the Python walk with a CUDA
+  event before and after each operation (:func:`issue_traced`); otherwise a call tests that
+  one attribute and nothing more;
 * a stall: the communicator's watchdog follows each call and, past the timeout, aborts the
   communicator, releasing this staging's flags too (the fold then writes nothing).
 
@@ -51,6 +55,7 @@ from ..cuda.streamprog import FOLD_PARAMS, fold_grid
 from ..cuda.watchdog import FlagReader
 from ..ring.alltoall_engine import AllToAllEngine
 from ..ring.alltoall_schedule import AllToAllPlan
+from ..ring.alltoall_tracing import AllToAllTracer, TraceHook
 from ..ring.schedule import Phase
 from ..ring.transports.cuda_ipc import high_priority_stream
 from .base import GPU, Algorithm, Call, CallShape, SmWork
@@ -61,6 +66,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 NAME = "ce-twoshot"
+HOOK = "ce-twoshot trace hook"  # the backend's state that holds the row's TraceHook
 CODE = 12
 THREADS = 256
 _SOURCE = "fold_n.cu"
@@ -132,6 +138,7 @@ class _State:
 
         self._rt = rt = cupy.cuda.runtime
         self.gpu = gpu
+        self._hook = trace_hook(gpu)  # a tracer there: calls are issued by the traced Python walk
         me, n = gpu.node_rank, gpu.node_size
         self.layout = AllToAllLayout(n, area_bytes())
         # Collective (every rank's first call of the row is the same call: the agreement check
@@ -194,8 +201,13 @@ class _State:
             rt.streamWaitEvent(s.ptr, self._start, 0)
         before = self.engine.done  # the rounds of the earlier calls: this call's flags go on from there
         try:
-            issue_call(self.engine, self.executor, plan, call.source.address, recv.address,
-                       recv.dtype.itemsize, function)
+            tracer = self._hook.tracer  # the only test of tracing (mpiring.trace.alltoall_timeline)
+            if tracer is None:
+                issue_call(self.engine, self.executor, plan, call.source.address, recv.address,
+                           recv.dtype.itemsize, function)
+            else:
+                issue_traced(self.engine, tracer, stream.ptr, plan, call.source.address, recv.address,
+                             recv.dtype.itemsize)
         except BaseException:
             watchdog.give_back(pair)
             raise
@@ -254,6 +266,23 @@ def issue_call(engine: AllToAllEngine, executor: streamprog.Executor | None, pla
     run = executor.run
     engine.enqueue_program(plan, input_addr, output_addr, itemsize,
                            lambda program, i, o, s, g: run(program, i, o, s, g, function))
+
+
+def issue_traced(engine: AllToAllEngine, tracer: AllToAllTracer, call_stream: int, plan: AllToAllPlan,
+                 input_addr: int, output_addr: int, itemsize: int) -> None:
+    """What :func:`issue_call` enqueues, by the engine's Python walk, with ``tracer``'s marks
+    (:mod:`mpiring.ring.alltoall_tracing`): the call's reference mark on ``call_stream`` (after
+    the start event its streams wait for), which every one of its streams waits for too, then a
+    mark before and after each operation on the operation's stream (the engine's device
+    prepared for the call's fold already)."""
+    tracer.begin(call_stream, engine.streams.values())
+    engine.enqueue(plan, input_addr, output_addr, itemsize, tracer)
+
+
+def trace_hook(backend: Backend) -> TraceHook:
+    """The communicator's :class:`~mpiring.ring.alltoall_tracing.TraceHook`, which this row's
+    calls read (made at the first ask, per rank: nothing collective, no staging)."""
+    return backend.state(HOOK, TraceHook)
 
 
 def _run(backend: Backend, call: Call, phase: Phase) -> None:

@@ -103,6 +103,9 @@ class Dispatcher:
                       topology.size)
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
         self._plans: dict[Key, Plan] = {}
+        # The compiled index of the kept plans' replays (mpiring.call.hot_replay's CallTable),
+        # emptied whenever the plans go; None: calls look their plans up here only.
+        self.compiled: Any = None
         self._made: set[str] = set()  # lazy rows that ran outside a capture (the same on every rank)
 
     def backend(self, memory: Memory) -> Backend:
@@ -124,8 +127,11 @@ class Dispatcher:
         return sum(plan.replay is not None for plan in self._plans.values())
 
     def clear(self) -> None:
-        """Drop every plan (and so every replay: their launches name staging about to go)."""
+        """Drop every plan (and so every replay: their launches name staging about to go), and
+        the compiled index of them."""
         self._plans.clear()
+        if self.compiled is not None:
+            self.compiled.clear()
 
     def prepare(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
                 algorithm: str | None, batches: int | None, key: Key | None = None) -> Prepared:
@@ -160,7 +166,7 @@ class Dispatcher:
             kept = None
             if not plan.backend.capturing():
                 if len(self._plans) >= PLAN_ENTRIES:  # bounded: shapes vary without end in some programs
-                    self._plans.clear()
+                    self.clear()
                 self._plans[key] = kept = plan
                 if plan.row.lazy:  # it runs now, outside a capture: its resources get made
                     self._made.add(plan.row.name)

@@ -17,6 +17,14 @@ rank, a stream change, a capture; the Python replay then runs the call exactly a
 state both paths use lives in shared words (the communicator's :class:`CallWords`, the
 agreement check's ``PostWords``, the GPU backend's ``ReplayHooks``), so they interleave freely.
 
+The call table (``CallTable``, one per communicator, made by :meth:`HotPath.call_table`) goes one
+step further back: ``Communicator.Allreduce`` calls its ``run()`` first, which takes the
+communicator's lock, reads the call's key off its arrays in C (what ``CallKeys.key`` reads),
+finds the ``HotReplay`` of that shape and runs it, all in one C call; it answers None where it
+did nothing (then ``_collective`` runs the call, in Python as before). Python fills it
+(``learn``) with the replays it runs, and it is emptied with the plans. Its key is never coarser
+than Python's: a shape it finds is one whose plan Python would find (``_hotpath.c`` says how).
+
 Memory ordering: the post writes the line, then *release*-stores the count (an inter-process
 rule: the peers read the count, fence, then the line; Python's post fences with
 ``MPI_Win_sync``); the wait check acquire-loads the peers' counts before the line is reused.
@@ -29,11 +37,15 @@ MPI, which only Python polls), and for replays that are not one bound launch.
 from __future__ import annotations
 
 import logging
+import threading
 from array import array
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from mpi4py import MPI
+
+from .. import algorithms
 from ..core import extensions
 from ..cuda.launcher import StreamLaunch, driver_error
 from .call_check import CallCheck
@@ -41,7 +53,7 @@ from .call_check import CallCheck
 if TYPE_CHECKING:
     from ..context.gpu import ReplayHooks
     from ..node.control import ControlBoard
-    from .dispatch import Replay
+    from .dispatch import Dispatcher, Replay
 
 # HotReplay.run()'s outcomes (the extension's own constants; checked when it is loaded).
 FALLBACK = 0  # nothing done: the Python replay runs the call
@@ -63,6 +75,14 @@ def compiled(environ: dict[str, str] | None = None) -> ModuleType | None:
         raise ImportError(f"{EXTENSION} answers {outcomes}, not this module's outcomes: rebuild it "
                           "(python -m tools.build_hotpath)")
     return module
+
+
+def new_lock(environ: dict[str, str] | None = None) -> Any:
+    """A communicator's lock (``acquire(False)``, ``release()``, ``with``): the extension's
+    ``CallLock``, which a ``CallTable`` takes without a Python call, or ``threading.Lock()``
+    where the extension is off."""
+    module = compiled(environ)
+    return threading.Lock() if module is None else module.CallLock()
 
 
 class CallWords:
@@ -121,6 +141,22 @@ class HotPath:
         except OSError as err:  # no libcuda.so.1 to launch through: the Python replay does
             log.warning("the compiled replay is off: %s", err)
             return None
+
+    def call_table(self, lock: Any, finish: Callable[[Replay, int], bool], keys: Any,
+                   dispatcher: Dispatcher) -> Any:
+        """The communicator's compiled key, lookup and replay (a ``CallTable``, see the module
+        docstring), or None where ``keys`` (its ``mpiring.call.replay.CallKeys``) keys no array
+        type (``replay=False``). It keys ``keys.array_type`` (and follows it), takes ``lock`` as
+        ``Communicator._collective`` does (directly where it is a :func:`new_lock`), hands what
+        is not a plain replay to ``finish`` (``Replayer.finish``), and is emptied with
+        ``dispatcher``'s plans."""
+        if keys.array_type is None:
+            return None
+        address, owner = algorithms.version_word()
+        table = self.module.CallTable(array_type=keys.array_type, in_place=MPI.IN_PLACE, version=address,
+                                      lock=lock, finish=finish, keep=owner)
+        keys.compiled = dispatcher.compiled = table
+        return table
 
     def bind(self, replay: Replay) -> Any:
         """The compiled form of ``replay`` (a ``HotReplay``), or None where it is not one bound

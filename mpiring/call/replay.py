@@ -78,11 +78,26 @@ class CallKeys:
     """
 
     def __init__(self, array_type: type | None, tensors: bool = False) -> None:
-        self.array_type = array_type
+        self._array_type = array_type
         self._ops = _mpi_ops()
         self._tensors = tensors
         self._tensor_type: type | None = None  # torch.Tensor, looked up once torch is imported
         self._strided: Any = None  # torch.strided, the dense layout, looked up with it
+        # The communicator's compiled call table (mpiring.call.hot_replay), which keys the same
+        # array type: it follows array_type. None: no compiled keys.
+        self.compiled: Any = None
+
+    @property
+    def array_type(self) -> type | None:
+        """The array type keyed (exactly that type; None: none). Settable (a test's stand-in
+        type); the compiled call table, if any, follows and drops what it learned."""
+        return self._array_type
+
+    @array_type.setter
+    def array_type(self, kind: type | None) -> None:
+        self._array_type = kind
+        if self.compiled is not None:
+            self.compiled.array_type = kind
 
     @classmethod
     def for_gpu(cls) -> CallKeys:
@@ -105,7 +120,7 @@ class CallKeys:
 
     def _buffer_key(self, buf: Any) -> Key | None:
         """What a buffer's key holds; None: a type that is not keyed (or a CPU tensor)."""
-        array: Any = self.array_type
+        array: Any = self._array_type
         if type(buf) is array:
             return (buf.data.ptr, buf.shape, buf.strides, buf.dtype)
         # A lazy negation shares its base's pointer, shape, strides and dtype: it takes the full
@@ -117,7 +132,7 @@ class CallKeys:
     def key(self, collective: int, sendbuf: Any, recvbuf: Any, op: Any, algorithm: Any,
             batches: Any) -> Key | None:
         """The call's shape as a key, or None when an argument is of a type that is not keyed."""
-        array: Any = self.array_type
+        array: Any = self._array_type
         if type(recvbuf) is array and array is not None:  # the common case, inline
             recv: Key | None = (recvbuf.data.ptr, recvbuf.shape, recvbuf.strides, recvbuf.dtype)
         else:

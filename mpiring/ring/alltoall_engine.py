@@ -21,7 +21,8 @@ flags only grow, and a slot is reused two rounds later whatever call that round 
 Two ways to enqueue a call, the same operations in the same order:
 
 * :meth:`AllToAllEngine.enqueue` walks the plan's issue order and calls the :class:`Device` once
-  per operation: the reference (and the path wherever no compiled executor runs);
+  per operation: the reference (and the path wherever no compiled executor runs, or a tracer
+  marks each operation: :class:`OpTrace`, :mod:`.alltoall_tracing`);
 * :meth:`AllToAllEngine.enqueue_program` issues the call's :class:`~mpiring.cuda.streamprog.Program`
   (:meth:`AllToAllEngine.program`): the issue order compiled once per call shape into records
   where only the call's buffers and the rounds before it are left open. A flag's value is an
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -54,6 +55,7 @@ from .alltoall_schedule import (
     Copy,
     Flag,
     Fold,
+    Operation,
     Region,
     Rounds,
     Signal,
@@ -89,6 +91,19 @@ class Device(Protocol):
     def fold(self, stream: int, out: int, mine: int, table: int, me: int, ranks: int, count: int) -> None:
         """``out[:count] = the ranks' pieces in rank order``: ``mine`` for rank ``me``, entry
         ``r`` of the device table at ``table`` for every other rank ``r``."""
+        ...
+
+
+class OpTrace(Protocol):
+    """What :meth:`AllToAllEngine.enqueue` tells a tracer (:mod:`.alltoall_tracing`): a mark on
+    an operation's stream before and after it is enqueued, and what the operation was."""
+
+    def mark(self, stream: int) -> Any:
+        """A mark on ``stream``, reached once the work enqueued there so far ran."""
+        ...
+
+    def add(self, stream: Stream, k: int, op: Operation, before: Any, after: Any) -> None:
+        """``op`` of round ``k`` was enqueued on the plan's ``stream`` between these marks."""
         ...
 
 
@@ -129,27 +144,34 @@ class AllToAllEngine:
             raise ValueError(f"a plan of {plan.size} ranks and pieces of {plan.chunk} elements does not fit "
                              f"this staging ({self.layout.ranks} ranks, {self.chunk(itemsize)} elements)")
 
-    def enqueue(self, plan: AllToAllPlan, input_addr: int, output_addr: int, itemsize: int) -> None:
+    def enqueue(self, plan: AllToAllPlan, input_addr: int, output_addr: int, itemsize: int,
+                trace: OpTrace | None = None) -> None:
         """Enqueue ``plan`` for this rank on the engine's streams (the caller orders them after
-        its own stream before, and its stream after them)."""
+        its own stream before, and its stream after them). ``trace``: a mark on each
+        operation's stream before and after each operation the device is asked for (an empty
+        copy is not), told to ``trace.add`` (:mod:`mpiring.ring.alltoall_tracing`)."""
         self._check_fits(plan, itemsize)
         buffers = {"input": input_addr, "output": output_addr}
         # In the plan's issue order (round by round), not stream by stream: streams may share
         # a hardware queue, and only this order cannot deadlock then (AllToAllPlan.issue_order).
-        for key, op in plan.issue_order(self.rank, self.done):
+        for k, key, op in plan.issue_rounds(self.rank, self.done):
+            if isinstance(op, Copy) and not op.elements:
+                continue  # nothing to copy: nothing issued
             stream = self.streams[key]
+            before = None if trace is None else trace.mark(stream)
             if isinstance(op, Wait):
                 self.device.wait_geq(stream, self._flag(op.flag), op.value)
             elif isinstance(op, Signal):
                 self.device.write(stream, self._flag(op.flag), op.value)
             elif isinstance(op, Copy):
-                if op.elements:
-                    self.device.copy(stream, self._region(op.dst, buffers, itemsize),
-                                     self._region(op.src, buffers, itemsize), op.elements * itemsize)
+                self.device.copy(stream, self._region(op.dst, buffers, itemsize),
+                                 self._region(op.src, buffers, itemsize), op.elements * itemsize)
             elif isinstance(op, Fold):
                 self._fold(stream, op, buffers, itemsize)
             else:  # pragma: no cover - the schedule has no other operation
                 raise TypeError(f"unknown operation {op!r}")
+            if trace is not None:
+                trace.add(key, k, op, before, trace.mark(stream))
         # Every rank's plan counts the same rounds: the next call's flags go on from here.
         self.done = plan.after(self.done)
 

@@ -187,18 +187,25 @@ class AllToAllPlan:
         return plan
 
     def issue_order(self, rank: int, done: Rounds) -> list[tuple[Stream, Operation]]:
-        """``rank``'s operations in the order to enqueue them: round by round (a round's pushes,
-        its fold, its gather pushes, its collects). Enqueued so, the call completes even where
-        every operation of a rank runs strictly in this order, one after the other: the worst
-        case of streams sharing a hardware queue (more streams than
-        ``CUDA_DEVICE_MAX_CONNECTIONS``). Why: a wait of round ``k`` needs only work of rounds
-        before ``k`` on any rank, or work of round ``k`` that comes earlier in its rank's order
-        and waits on nothing of round ``k`` itself (the pushes before the fold, the fold and the
-        gather pushes before the collects); ``tests/test_alltoall_schedule.py`` runs it so."""
-        order: list[tuple[Stream, Operation]] = []
+        """``rank``'s operations in the order to enqueue them (:meth:`issue_rounds` without the
+        rounds)."""
+        return [(stream, op) for _, stream, op in self.issue_rounds(rank, done)]
+
+    def issue_rounds(self, rank: int, done: Rounds) -> list[tuple[int, Stream, Operation]]:
+        """``rank``'s operations in the order to enqueue them, each with its round ``k`` in this
+        call (0, 1, ...): round by round (a round's pushes, its fold, its gather pushes, its
+        collects). Enqueued so, the call completes even where every operation of a rank runs
+        strictly in this order, one after the other: the worst case of streams sharing a
+        hardware queue (more streams than ``CUDA_DEVICE_MAX_CONNECTIONS``). Why: a wait of
+        round ``k`` needs only work of rounds before ``k`` on any rank, or work of round ``k``
+        that comes earlier in its rank's order and waits on nothing of round ``k`` itself (the
+        pushes before the fold, the fold and the gather pushes before the collects);
+        ``tests/test_alltoall_schedule.py`` runs it so."""
+        order: list[tuple[int, Stream, Operation]] = []
+        k = 0  # the round that add() tags operations with: the loop over rounds below sets it
 
         def add(stream: Stream, ops: list[Operation]) -> None:
-            order.extend((stream, op) for op in ops)
+            order.extend((k, stream, op) for op in ops)
 
         n, me = self.size, rank
         # Peers from the next rank on: in each round rank r pushes first to r + 1, so the ranks'

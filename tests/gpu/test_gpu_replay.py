@@ -21,6 +21,7 @@ from gpu_helpers import WORLD, agree, fit, gpu_nap, poison, rank_input, referenc
 from mpi4py import MPI
 
 import mpiring
+from mpiring.algorithms import Collective
 from mpiring.call import hot_replay
 
 RANK, SIZE = WORLD.rank, WORLD.size
@@ -41,6 +42,28 @@ def replay_path(request, monkeypatch):
 def test_the_communicator_says_which_replay_it_runs(replay_path):
     with mpiring.Communicator(WORLD, gpu=True) as c:
         agree(c.compiled_replay == (replay_path == "compiled"), f"compiled_replay {c.compiled_replay}")
+        # The call table (key, lookup and replay in one C call) comes with the compiled replay.
+        agree((c.call_keys.compiled is not None) == c.compiled_replay, f"table {c.call_keys.compiled}")
+
+
+def test_replayed_calls_go_through_the_call_table(replay_path):
+    """Calls of one shape: the second is replayed by _collective, which hands it to the call
+    table; from then on the table finds them (it holds one entry)."""
+    if replay_path != "compiled":
+        pytest.skip("the call table comes with the compiled replay")
+    x, out = cupy.ones(1024, cupy.float32), cupy.empty(1024, cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="oneshot") as c:
+        table = c.call_keys.compiled
+        for _ in range(50):
+            c.Allreduce(x, out)
+        c.synchronize()
+        stats = c.stats()
+        agree(len(table) == 1 and stats.planned == 1 and stats.replayed == 49,
+              f"{len(table)} entries, {stats}")
+        agree(table.find(Collective.ALLREDUCE, x, out, MPI.SUM, None, None) is not None,
+              "the table finds the call")
+        agree(bool(cupy.all(out == SIZE)), "the replayed calls' result")
+    agree(len(table) == 0, "close() empties the table")
 
 
 class FullPath:

@@ -1,8 +1,10 @@
 """The compiled replay (mpiring.call.hot_replay) on real ranks sharing a control board, against
 the Python replay: posts that the host check of later calls reads as every rank's (so each
 landed in its line, under its count), stragglers that make the faster ranks wait for the
-slowest (the compiled replay hands those calls to Python), and a peer's failure raised alike.
-No GPU: tools.replay_bench's stand-in GPU and recording launch (tests/test_hot_replay.py)."""
+slowest (the compiled replay hands those calls to Python), and a peer's failure raised alike;
+each also through whole ``Communicator.Allreduce`` calls and the call table (the key, lookup
+and replay in one C call; way "table"). No GPU: tools.replay_bench's stand-in GPU and
+recording launch (tests/test_hot_replay.py, tests/test_call_table.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from mpiring.call import hot_replay
 from mpiring.call.agreement import AgreementCheck
 from mpiring.core.errors import MpiringError
 from mpiring.node.signals import AGREE, CALLS, COUNTER_STRIDE
-from tools.replay_bench import HAVE_EXTENSION, MODES, VALUES, Harness
+from tools.replay_bench import HAVE_EXTENSION, MODES, VALUES, Harness, ReplayingCommunicator, cupy_like
 
 world = MPI.COMM_WORLD
 pytestmark = [pytest.mark.mpi,
@@ -24,30 +26,60 @@ pytestmark = [pytest.mark.mpi,
                                  "(python -m tools.build_hotpath)")]
 
 
-def one_call(h: Harness, replay) -> tuple[str, bool]:
-    """A replayed call as the communicator makes it; what it did, and whether the compiled
-    replay handed it to Python."""
-    outcome = replay.hot.run() if replay.hot is not None else hot_replay.FALLBACK
-    done = outcome == hot_replay.REPLAYED or h.replayer.finish(replay, outcome)
-    return ("replayed" if done else "full path"), replay.hot is not None and outcome != hot_replay.REPLAYED
+WAYS = (*MODES, "table")  # the replay alone, compiled and in Python; whole calls through the table
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_posts_meet_the_host_check_and_the_slowest_rank(mode) -> None:
+class Caller:
+    """One rank's replayed calls of one shape, made ``way``'s way: the replay as the
+    communicator inlines it, or (``table``) ``Communicator.Allreduce`` itself, through the call
+    table. ``handed``: calls the compiled path handed to Python."""
+
+    def __init__(self, way: str, h: Harness) -> None:
+        self.h, self.handed = h, 0
+        self.replay = h.replay()
+        self.comm = None
+        if way == "table":
+            finish = h.replayer.finish
+
+            def counted(replay, outcome) -> bool:
+                self.handed += 1
+                return finish(replay, outcome)
+            h.replayer.finish = counted  # type: ignore[method-assign]  # (before the table takes it)
+            self.comm = ReplayingCommunicator(h)
+            self.x, self.out = cupy_like(2048, 0x7000), cupy_like(2048, 0x9000)
+            self.comm.keep(self.replay, self.out, self.x)
+
+    def call(self) -> str:
+        """What the call did ("replayed", "full path"); raises what it raises."""
+        if self.comm is not None:
+            before = self.comm.full_path
+            self.comm.Allreduce(self.x, self.out)
+            return "full path" if self.comm.full_path > before else "replayed"
+        replay = self.replay
+        outcome = replay.hot.run() if replay.hot is not None else hot_replay.FALLBACK
+        self.handed += replay.hot is not None and outcome != hot_replay.REPLAYED
+        done = outcome == hot_replay.REPLAYED or self.h.replayer.finish(replay, outcome)
+        return "replayed" if done else "full path"
+
+    def close(self) -> None:
+        if self.comm is not None:
+            self.comm.close()
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_posts_meet_the_host_check_and_the_slowest_rank(way) -> None:
     """600 replayed calls, every 7th followed by a host-checked call (which waits for every
     rank's descriptor of its number and compares them: a post in the wrong line or under the
     wrong count fails it, or hangs until its timeout); the last rank straggles every 10 calls,
     so the others run D - 1 calls ahead and wait."""
     problems = []
-    h = Harness(mode, world, timeout=60.0)
+    h = Harness("python" if way == "python" else "compiled", world, timeout=60.0)
+    caller = Caller(way, h)
     try:
-        replay = h.replay()
-        handed = 0
         for i in range(600):
             if world.rank == world.size - 1 and i % 10 == 0:
                 time.sleep(0.002)
-            did, fell_back = one_call(h, replay)
-            handed += fell_back
+            did = caller.call()
             if did != "replayed":
                 problems.append(f"call {i}: {did}")
                 break
@@ -67,22 +99,23 @@ def test_posts_meet_the_host_check_and_the_slowest_rank(mode) -> None:
                 line = shared.lines[r].reshape(-1)[first:first + len(want)].tolist()
                 if line != want:
                     problems.append(f"rank {r}'s line of call {call}: {line}")
-        every = world.allreduce(handed)
-        if mode == "compiled" and world.size > 1 and every == 0:
+        every = world.allreduce(caller.handed)
+        if way != "python" and world.size > 1 and every == 0:
             problems.append("no rank ever waited for the straggler: the test lost its point")
     finally:
+        caller.close()
         h.close()
     all_ok(problems)
 
 
-def peer_failure(mode: str) -> str:
+def peer_failure(way: str) -> str:
     """Five calls, then the last rank fails; what every rank's next call does (or raises), rank
     after rank (a rank that raises marks the board too: later ranks name it as relaying)."""
-    h = Harness(mode, world, timeout=60.0)
+    h = Harness("python" if way == "python" else "compiled", world, timeout=60.0)
+    caller = Caller(way, h)
     try:
-        replay = h.replay()
         for _ in range(5):
-            one_call(h, replay)
+            caller.call()
         world.Barrier()
         if world.rank == world.size - 1:
             h.fail(MpiringError("rank failed on purpose"))
@@ -91,21 +124,23 @@ def peer_failure(mode: str) -> str:
         for turn in range(world.size):  # one rank at a time: each sees the same marks both ways
             if turn == world.rank:
                 try:
-                    done = one_call(h, replay)[0]
+                    done = caller.call()
                 except MpiringError as err:
                     done = f"{type(err).__name__}: {err}"
             world.Barrier()
         return done
     finally:
         world.Barrier()  # nobody abandons the board before every rank read it
+        caller.close()
         h.close()
 
 
 def test_a_peers_failure_ends_every_call_alike() -> None:
     if world.size == 1:
         pytest.skip("needs a peer")
-    compiled, python = peer_failure("compiled"), peer_failure("python")
-    problems = [] if compiled == python else [f"compiled: {compiled!r}; python: {python!r}"]
+    compiled, python, table = peer_failure("compiled"), peer_failure("python"), peer_failure("table")
+    problems = [] if compiled == python == table else [f"compiled: {compiled!r}; python: {python!r}; "
+                                                       f"table: {table!r}"]
     last = world.rank == world.size - 1
     if last and compiled != "full path":
         problems.append(f"the failed rank's call: {compiled}")

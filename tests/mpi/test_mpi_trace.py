@@ -1,6 +1,7 @@
 """mpiring.trace.ring_timeline on the host transport, on real ranks: traced ring calls give exact
 results; each call's spans cover every transfer once on each queue, in sequence; a late rank
-shows up as the next rank's wait for a full slot; the block leaves the ring as it found it."""
+shows up as the next rank's wait for a full slot; the block leaves the ring as it found it.
+alltoall_timeline (ce-twoshot's) refuses a communicator without GPUs, and a closed one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mpi_support import all_ok, check_result, gather_inputs, make_input
 from trace_checks import span_problems
 
 from mpiring import Communicator, trace
-from mpiring.core.errors import CommunicatorClosedError
+from mpiring.core.errors import CommunicatorClosedError, UnavailableError
 from mpiring.core.ops import Op
 from mpiring.ring.transports.tracing import SEND, TracingTransport
 
@@ -87,4 +88,16 @@ def test_a_closed_communicator_cannot_be_traced(world) -> None:
     comm.close()
     with pytest.raises(CommunicatorClosedError, match="ring_timeline: this communicator is closed"), \
             trace.ring_timeline(comm):
+        pass
+
+
+def test_ce_twoshots_timeline_needs_gpus_and_an_open_communicator(small_comm, world) -> None:
+    """ce-twoshot runs on GPU arrays only (its timeline's GPU test: tests/gpu/test_gpu_trace.py)."""
+    with pytest.raises(UnavailableError, match="ce-twoshot runs on GPU arrays only"), \
+            trace.alltoall_timeline(small_comm):
+        pass
+    comm = Communicator(world, gpu=False)
+    comm.close()
+    with pytest.raises(CommunicatorClosedError, match="alltoall_timeline: this communicator is closed"), \
+            trace.alltoall_timeline(comm):
         pass

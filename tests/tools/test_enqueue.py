@@ -57,6 +57,15 @@ def test_two_ranks_as_a_user_runs_it(tool) -> None:
     assert done.stdout.count("# host time per eager call") == 1
 
 
+def test_without_algo_every_row_and_auto_with_its_pick(tool) -> None:
+    """The default (no ``--algo``) times every row serving the memory and ``auto``, labelled
+    with the row auto picks for the size (auto is no row of the table itself)."""
+    done = tool("enqueue", ["--host", "--calls", "5", "--rounds", "1"], ranks=2)
+    assert done.returncode == 0, done.stderr
+    labels = [line.split(" (")[0].strip() for line in done.stdout.splitlines() if "(check" in line]
+    assert "mpi" in labels and any(re.fullmatch(r"auto=[a-z-]+", label) for label in labels), done.stdout
+
+
 def test_a_bad_algorithm_ends_every_rank_with_status_2(tool) -> None:
     done = tool("enqueue", ["--host", "--algo", "ring,shiny"], ranks=2)
     assert done.returncode == 2 and "unknown algorithm 'shiny'" in done.stderr, done.stderr

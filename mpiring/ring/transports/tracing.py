@@ -164,37 +164,59 @@ class TracingTransport(RingTransport):
                  for step, seq, a, b in steps] for ref, steps in self.calls]
 
 
-class CudaEventClock(Clock):
-    """CUDA events (timing enabled) recorded on the transport's copy and fold streams; read
-    once the calls have run (after ``Communicator.synchronize``)."""
+class CudaEvents:
+    """CUDA events (timing enabled) recorded on streams given by handle: each :meth:`record`
+    makes one (tracing is a measurement mode: made per mark, freed by :meth:`close`). Read once
+    the marks have been reached (after ``Communicator.synchronize``). The marks of
+    :class:`CudaEventClock` and of ce-twoshot's tracer (:mod:`mpiring.ring.alltoall_tracing`)."""
 
-    def __init__(self, copy_stream: int, fold_stream: int) -> None:
+    def __init__(self) -> None:
         import cupy
 
         self._rt = cupy.cuda.runtime
-        self._streams = {COPY: copy_stream, FOLD: fold_stream}
         self._events: list[int] = []
 
-    def _record(self, stream: int) -> int:
-        event = self._rt.eventCreate()  # tracing is a measurement mode: made per mark, freed in close
+    def record(self, stream: int) -> int:
+        """A new event recorded on ``stream``: reached once the work enqueued there so far ran."""
+        event = self._rt.eventCreate()
         self._events.append(event)
         self._rt.eventRecord(event, stream)
         return event
 
-    def begin(self, call: CallBuffers) -> int:
-        # On the call's own stream, ahead of the start event that the copy and fold streams wait
-        # for: every mark on them completes after it. A reference on one of those streams would
-        # not order the other's first mark (both wait only for the start), so that mark could read
-        # a few microseconds before the call began, more beside another process's kernels.
-        return self._record(call.stream.ptr)
-
-    def mark(self, queue: str) -> int:
-        return self._record(self._streams[queue])
+    def wait(self, stream: int, event: int) -> None:
+        """``stream``'s later work waits until ``event`` is reached."""
+        self._rt.streamWaitEvent(stream, event, 0)
 
     def seconds(self, reference: int, mark: int) -> float:
+        """Seconds from ``reference`` to ``mark`` (both reached)."""
         return self._rt.eventElapsedTime(reference, mark) / 1e3
 
     def close(self) -> None:
         for event in self._events:
             self._rt.eventDestroy(event)
         self._events.clear()
+
+
+class CudaEventClock(Clock):
+    """:class:`CudaEvents` recorded on the transport's copy and fold streams; read once the
+    calls have run (after ``Communicator.synchronize``)."""
+
+    def __init__(self, copy_stream: int, fold_stream: int) -> None:
+        self._events = CudaEvents()
+        self._streams = {COPY: copy_stream, FOLD: fold_stream}
+
+    def begin(self, call: CallBuffers) -> int:
+        # On the call's own stream, ahead of the start event that the copy and fold streams wait
+        # for: every mark on them completes after it. A reference on one of those streams would
+        # not order the other's first mark (both wait only for the start), so that mark could read
+        # a few microseconds before the call began, more beside another process's kernels.
+        return self._events.record(call.stream.ptr)
+
+    def mark(self, queue: str) -> int:
+        return self._events.record(self._streams[queue])
+
+    def seconds(self, reference: int, mark: int) -> float:
+        return self._events.seconds(reference, mark)
+
+    def close(self) -> None:
+        self._events.close()
