@@ -60,21 +60,24 @@ Overlay = tuple[Source, ...]  # the sources of one ladder, smallest sizes first
 GPU, LINK = "NVIDIA H200", "nvlink"
 LINK_EVIDENCE = ("docs/results.md: '4 × H200 (NVLink, all-to-all)' and '2 × H200 (NVLink)' "
                  "(the results' metadata does not record the link)")
-# Per rank count, (eager, graph): the runs of 2026-11-27 (commit 263e71e, 1 KiB to 4 MiB eager,
-# 1 KiB to 256 KiB in graphs: that run was stopped in 512 KiB) over the full 1 KiB to 8 GiB runs
-# of 2026-11-26.
+# Per rank count, (eager, graph): the newest runs of the small sizes (2 ranks: 2026-11-27 at
+# 682f42d, 1 KiB to 4 MiB eager and 1 KiB to 1 MiB in graphs; 4 ranks: 2026-11-27 at 263e71e,
+# 1 KiB to 4 MiB eager and 1 KiB to 256 KiB in graphs, that run stopped in 512 KiB) over the
+# full 1 KiB to 8 GiB runs of 2026-11-26.
 SOURCES: dict[int, tuple[Overlay, Overlay]] = {
-    2: ((Source("results/h200x2-small-263e71e-deepbind.csv", 4 << 20),
+    2: ((Source("results/h200x2-small-682f42d.csv", 4 << 20),
          Source("results/h200x2-7230227.csv")),
-        (Source("results/h200x2-graph-7230227.csv"),)),
+        (Source("results/h200x2-graph-small-682f42d.csv", 1 << 20),
+         Source("results/h200x2-graph-7230227.csv"))),
     4: ((Source("results/h200x4-small-263e71e-deepbind.csv", 4 << 20),
          Source("results/h200x4-785a13a.csv")),
         (Source("results/h200x4-graph-small-263e71e.csv", 256 << 10),
          Source("results/h200x4-graph-785a13a.csv"))),
 }
-# Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm, every auto
-# candidate) on the reference machine: its overlap entries. None yet for 2 or 4 H200s.
-OVERLAP_SOURCES: dict[int, str] = {}
+# Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm,train, every
+# auto candidate, no SM budget, as the eager and graph runs) on the reference machine: its
+# overlap entries (64 MiB to 1 GiB). None yet for 4 H200s.
+OVERLAP_SOURCES: dict[int, str] = {2: "results/h200x2-overlap-682f42d.csv"}
 OVERLAP_GAP = "overlap: not measured (no --overlap gemm makespan run committed under results/)"
 TARGET = f"mpiring/data/{SHIPPED}"
 # What the shipped file says made it.
@@ -285,9 +288,10 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
           overlap_sources: dict[int, str] | None = None) -> TuningTable:
     """The shipped table from the results under ``root`` (the repository): per rank count of
     ``sources`` its eager and graph sources, and its makespan CSV where ``overlap_sources`` has
-    one (default: ``SOURCES`` and ``OVERLAP_SOURCES``)."""
+    one (default: ``SOURCES``, and ``OVERLAP_SOURCES`` for the rank counts of ``sources``)."""
     sources = SOURCES if sources is None else sources
-    overlap_sources = OVERLAP_SOURCES if overlap_sources is None else overlap_sources
+    if overlap_sources is None:
+        overlap_sources = {n: csv for n, csv in OVERLAP_SOURCES.items() if n in sources}
     stray = sorted(set(overlap_sources) - set(sources))
     if stray:
         raise ValueError(f"makespan runs for {stray} ranks, which have no eager results")
@@ -327,7 +331,8 @@ def missing(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = Non
     does not carry. (A run's log, read only for a commit its results do not record, may be
     absent: the commit then reads ``unknown``.)"""
     sources = SOURCES if sources is None else sources
-    overlap_sources = OVERLAP_SOURCES if overlap_sources is None else overlap_sources
+    if overlap_sources is None:
+        overlap_sources = {n: csv for n, csv in OVERLAP_SOURCES.items() if n in sources}
     names = [s.csv for pair in sources.values() for ladder in pair for s in ladder]
     names += list(overlap_sources.values())
     needed = [p for n in dict.fromkeys(names) for p in (n, str(Path(n).with_suffix(".json")))]

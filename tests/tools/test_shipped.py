@@ -49,7 +49,7 @@ def test_what_the_shipped_file_says() -> None:
         gaps = runs["graph"]["gaps"]
         assert any(g.startswith("sizes above ") and g.endswith(" winner holds)") for g in gaps)
     assert "NVLink" in table.meta["link evidence"]
-    assert table.measured == "2026-11-27T09:10:56+00:00"  # the newest source
+    assert table.measured == "2026-11-27T11:11:26+00:00"  # the newest source (2 ranks' graph run)
 
 
 def test_the_small_runs_overlay_the_full_ones_and_say_which_sizes_each_supplied() -> None:
@@ -69,7 +69,10 @@ def test_the_small_runs_overlay_the_full_ones_and_say_which_sizes_each_supplied(
         "512 KiB: measured in part (the run was stopped by SIGTERM there), so not used; "
         "from results/h200x4-graph-785a13a.csv"]
     assert "stopped" not in full and "stopped" not in eager4[0]
-    assert [s["supplied"] for s in runs["2"]["graph"]["sources"]] == ["1 KiB .. 8 GiB (24 sizes)"]
+    small2, full2 = runs["2"]["graph"]["sources"]
+    assert (small2["supplied"], full2["supplied"]) == ("1 KiB .. 1 MiB (11 sizes)",
+                                                       "2 MiB .. 8 GiB (13 sizes)")
+    assert small2["commit"] == "682f42d" and "stopped" not in small2
 
 
 def fastest(path: Path) -> dict[int, str]:
@@ -134,13 +137,16 @@ def test_gaps_name_missing_candidates_and_sizes(tmp_path: Path) -> None:
 
 
 def copy_sources(tmp_path: Path, nranks: int = 2) -> None:
-    """A rank count's eager and graph results (CSV, JSON and log) into ``tmp_path/results``."""
+    """A rank count's eager, graph and makespan results (CSV, JSON and log) into
+    ``tmp_path/results``."""
     (tmp_path / "results").mkdir(exist_ok=True)
-    for overlaid in shipped.SOURCES[nranks]:
-        for source in overlaid:
-            for suffix in (".csv", ".json", ".log"):
-                name = source.csv.replace(".csv", suffix)
-                shutil.copy(ROOT / name, tmp_path / name)
+    csvs = [source.csv for overlaid in shipped.SOURCES[nranks] for source in overlaid]
+    if nranks in shipped.OVERLAP_SOURCES:
+        csvs.append(shipped.OVERLAP_SOURCES[nranks])
+    for csv_name in csvs:
+        for suffix in (".csv", ".json", ".log"):
+            name = csv_name.replace(".csv", suffix)
+            shutil.copy(ROOT / name, tmp_path / name)
 
 
 def test_a_csv_of_another_kind_is_refused(tmp_path: Path) -> None:
@@ -256,10 +262,20 @@ def test_the_commit_comes_from_the_log_only_where_the_results_record_none(tmp_pa
 # -- overlap entries: only from a committed makespan run of that machine and rank count ----------
 
 
-def test_no_makespan_run_is_committed_for_2_or_4_ranks_so_no_overlap_entries(capsys) -> None:
+def test_2_ranks_have_overlap_entries_from_their_makespan_run_and_4_ranks_none(capsys) -> None:
     table = tuning.load()
-    assert table.overlap == {} and not shipped.OVERLAP_SOURCES
-    assert shipped.overlap_gaps(table) == [f"{n} ranks: {shipped.OVERLAP_GAP}" for n in (2, 4)]
+    assert set(shipped.OVERLAP_SOURCES) == {2} and set(table.overlap) == {2}
+    run = table.meta["runs"]["2"]["overlap"]
+    assert [s["source"] for s in run["sources"]] == [shipped.OVERLAP_SOURCES[2]]
+    assert run["sizes"] == "64 MiB .. 1 GiB (3 sizes)" and run["sm_budget"] is None
+    # every candidate serving 64 MiB to 1 GiB has its makespan at each size; the one-shots
+    # refuse those sizes (above their size limit), so the run has no time of theirs
+    assert run["candidates"] == ["nccl", "ring", "twoshot"]
+    assert run["gaps"] == ["oneshot: not measured", "oneshot-ll: not measured",
+                           "sizes above 1 GiB: not measured (the 1 GiB winner holds)"]
+    assert all(table.choose(2, size, overlap=True) in run["candidates"]
+               for size in (1 << 20, 64 << 20, 256 << 20, 8 << 30))
+    assert shipped.overlap_gaps(table) == [f"4 ranks: {shipped.OVERLAP_GAP}"]
     assert shipped.main(["--root", str(ROOT), "--check"]) == 0
     assert "4 ranks: overlap: not measured" in capsys.readouterr().out
 
