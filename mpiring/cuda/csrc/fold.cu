@@ -8,6 +8,9 @@
 #include "types.cuh"
 #include "status.cuh"
 
+#define FOLD_WORDS 4  // 16-byte words in flight per thread and input: a fold waits on its loads,
+                      // most of all on the few SMs of a budget, where each thread must ask for more
+
 template <class T, class Op>
 __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __restrict__ in,
                      const typename T::S* __restrict__ slot, long long n, int vectorized,
@@ -18,22 +21,26 @@ __global__ void fold(typename T::S* __restrict__ out, const typename T::S* __res
   const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long nvec = vectorized ? n / V : 0;
-  for (long long i = tid; i < nvec; i += stride) {
-    uint4 a = reinterpret_cast<const uint4*>(in)[i];
-    uint4 b = reinterpret_cast<const uint4*>(slot)[i];
-    uint4 c;
-    const S* pa = reinterpret_cast<const S*>(&a);
-    const S* pb = reinterpret_cast<const S*>(&b);
-    S* pc = reinterpret_cast<S*>(&c);
+  const uint4* in4 = reinterpret_cast<const uint4*>(in);
+  const uint4* slot4 = reinterpret_cast<const uint4*>(slot);
+  for (long long i = tid; i < nvec; i += FOLD_WORDS * stride) {
+    uint4 a[FOLD_WORDS], b[FOLD_WORDS];
 #pragma unroll
-    for (int k = 0; k < V; ++k) pc[k] = T::st(Op::f(T::ld(pa[k]), T::ld(pb[k])));
-    reinterpret_cast<uint4*>(out)[i] = c;
+    for (int h = 0; h < FOLD_WORDS; ++h)  // every load of the thread's words before the first use
+      if (i + h * stride < nvec) { a[h] = in4[i + h * stride]; b[h] = slot4[i + h * stride]; }
+#pragma unroll
+    for (int h = 0; h < FOLD_WORDS; ++h) {
+      if (i + h * stride >= nvec) break;
+      Pack<T, uint4> acc;
+      acc.load(a[h]);
+      acc.template fold<Op>(b[h]);
+      reinterpret_cast<uint4*>(out)[i + h * stride] = acc.store();
+    }
   }
   for (long long i = nvec * V + tid; i < n; i += stride)
     out[i] = T::st(Op::f(T::ld(in[i]), T::ld(slot[i])));
 }
 
-// out[0:n] = src[0:n] in units of U (the widest the pointers and n allow).
 template <class U>
 __global__ void copy(U* __restrict__ out, const U* __restrict__ src, long long n,
                      const unsigned long long* abort, long long* status) {
