@@ -1,8 +1,8 @@
 """What each algorithm row states of its SM work (``Algorithm.sm_work``), checked against
 counts made independently: the fold bytes of every ``Fold`` of the ring's and ce-twoshot's
 actual schedules, the shards of ``csrc/direct.cu``'s two-shot and the lines of oneshot-ll; and
-the SMs against the grid the launchers compute (:mod:`mpiring.cuda.grids`, with the addresses
-the transports form) for the same call, capped by the SM budget."""
+the blocks against the grid the launchers compute (:mod:`mpiring.cuda.grids`, with the addresses
+the transports form) for the same call, capped by the SM budget; and the SMs a grid holds."""
 
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ def test_the_rings_statement_is_its_schedules_folds_and_launches(n, count, dtype
     for name in ("ring", "ring-events"):
         work = state(name, shape)
         assert work.fold_traffic == pytest.approx(ring_fold_bytes(plan, dtype.itemsize) / (n * shape.nbytes))
-        assert work.sms == ring_launch_blocks(plan, dtype.itemsize, shape.grids.fold_cap)
+        assert work.blocks == ring_launch_blocks(plan, dtype.itemsize, shape.grids.fold_cap)
         if budget is not None:
-            assert work.sms <= budget
+            assert work.blocks <= budget
 
 
 def test_the_ring_on_host_arrays_holds_no_sm():
@@ -111,7 +111,7 @@ def test_ce_twoshots_statement_is_its_plans_folds(n, count, dtype, budget):
         out, mine = BASE_OUT + op.dst[2] * dtype.itemsize, BASE_IN + op.sources[rank][2] * dtype.itemsize
         launched = max(launched, fold_blocks(op.elements, dtype.itemsize, (out | mine) % 16 == 0, cap,
                                              ce.THREADS))
-    assert work.sms == launched
+    assert work.blocks == launched
 
 
 def test_ce_twoshot_on_one_rank_is_a_copy():
@@ -145,7 +145,7 @@ def test_the_direct_kernels_statement(n, count, dtype, budget):
     grid = staging_layout(None, budget).blocks  # what DirectKernels launches
     one, two = state("oneshot", shape), state("twoshot", shape)
     assert one == SmWork(grid, n + 1)
-    assert two.sms == grid
+    assert two.blocks == grid
     layout = staging_layout(None, budget)
     moved = twoshot_fold_bytes(n, count, dtype.itemsize, layout.blocks, layout.twoshot_bytes)
     assert two.fold_traffic == pytest.approx(moved / (n * shape.nbytes))
@@ -158,9 +158,9 @@ def test_oneshot_lls_statement(n, count, dtype, budget):
     work = state("oneshot-ll", shape)
     held = None if budget is None else min(budget, H100_SMS)
     try:
-        assert work.sms == ll_shape(count, dtype.itemsize, max_blocks=held).blocks
+        assert work.blocks == ll_shape(count, dtype.itemsize, max_blocks=held).blocks
     except ValueError:  # over the budget's limit: the row refuses the call
-        assert work.sms is None
+        assert work.blocks is None
     nbytes = count * dtype.itemsize
     lines = [min(8, nbytes - at) for at in range(0, nbytes, 8)]  # payload of each line
     # own copy read, result written (the payload), and per peer each line read and cleared
@@ -178,8 +178,8 @@ def test_a_budget_caps_every_stated_grid(n, count, dtype, budget):
     shape = gpu_shape(n, count, dtype, 1, budget)
     for row in algorithms.rows():
         if row.sm_work is not None and row.serves(Memory.CUDA):
-            sms = row.sm_work(shape).sms
-            assert sms is None or sms <= budget, row.name
+            blocks = row.sm_work(shape).blocks
+            assert blocks is None or blocks <= budget, row.name
 
 
 def test_nccl_and_mpi_rows_state_nothing():
@@ -223,3 +223,43 @@ def test_the_fold_launcher_takes_the_stated_cap_as_given(monkeypatch, budget):
     assert FoldKernel(0, 0, 0, limits.fold_cap).max_blocks == limits.fold_cap
     assert limits.fold_cap == (4 * 132 if budget is None else min(budget, 132))
     assert FoldKernel(0, 0, 0).max_blocks == 4 * 132
+
+
+# -- the SMs a statement holds: its largest grid on the communicator's GPU ------------------
+
+
+@given(st.one_of(st.none(), st.integers(0, 4000)), st.one_of(st.none(), st.integers(1, 200)))
+def test_a_grid_holds_as_many_sms_as_blocks_up_to_the_gpus(blocks, device_sms):
+    held = SmWork(blocks, 1.0, device_sms).sms
+    if blocks == 0:
+        assert held == 0  # copy engines or the host: no SM, whatever the GPU
+    elif blocks is None or device_sms is None:
+        assert held is None
+    else:
+        assert held == min(blocks, device_sms) and 1 <= held <= device_sms
+
+
+class Backend:
+    """What ``Algorithm.state_sm_work`` reads of a backend."""
+
+    def __init__(self, memory: Memory, n: int, grids: GridLimits | None) -> None:
+        self.memory, self.node_size, self.size, self.grids = memory, n, n, grids
+
+
+def test_the_communicator_states_sms_held_of_its_gpu():
+    """ce-twoshot's fold of a 1 GiB float32 message on 4 ranks launches more blocks than an H100
+    has SMs: it holds all 132; one-shot's fixed grid of 128 blocks holds 128; under a budget of
+    16 every grid holds at most 16; host rows hold none."""
+    f32, count = np.dtype("float32"), 1 << 28
+    whole = Backend(Memory.CUDA, 4, GridLimits.of(H100_SMS, None))
+    ce_work = algorithms.get("ce-twoshot").state_sm_work(whole, count, f32)
+    assert ce_work.blocks > H100_SMS and ce_work.sms == H100_SMS and ce_work.device_sms == H100_SMS
+    one = algorithms.get("oneshot").state_sm_work(whole, 1024, f32)
+    assert one.sms == one.blocks == GridLimits.of(H100_SMS, None).direct_blocks <= H100_SMS
+    budget = Backend(Memory.CUDA, 4, GridLimits.of(H100_SMS, 16))
+    calls = (("ce-twoshot", count), ("twoshot", count), ("oneshot", 1024), ("oneshot-ll", 1024))
+    for name, elements in calls:
+        work = algorithms.get(name).state_sm_work(budget, elements, f32)
+        assert work.sms is not None and work.sms <= 16, name
+    host = algorithms.get("mpi-twoshot").state_sm_work(Backend(Memory.HOST, 4, None), 1024, f32)
+    assert host.blocks == host.sms == 0 and host.device_sms is None

@@ -34,14 +34,15 @@ def point(algo: str) -> Point:
 
 
 def test_the_bench_asks_the_rows_statement():
-    comm = Comm(SmWork(128, 5.0))
-    assert stated_sm_work(SW, point("oneshot"), comm, "oneshot") == (128, 5.0)
+    comm = Comm(SmWork(528, 5.0, 132))
+    work = stated_sm_work(SW, point("oneshot"), comm, "oneshot")
+    assert (work.sms, work.blocks, work.fold_traffic) == (132, 528, 5.0)
     assert comm.asked == [(256, "float32", True, "oneshot", None)]
 
 
 def test_rivals_silent_rows_and_refusals_are_empty():
-    assert stated_sm_work(SW, point("nccl"), Comm(None), "nccl") == (None, None)
-    assert stated_sm_work(SW, point("ring"), Comm(InvalidArgumentError("no")), "ring") == (None, None)
+    assert stated_sm_work(SW, point("nccl"), Comm(None), "nccl") is None
+    assert stated_sm_work(SW, point("ring"), Comm(InvalidArgumentError("no")), "ring") is None
     rival = Comm(SmWork(1, 1.0))
-    assert stated_sm_work(SW, point("torch-symm-1shot"), rival, "torch-symm-1shot") == (None, None)
+    assert stated_sm_work(SW, point("torch-symm-1shot"), rival, "torch-symm-1shot") is None
     assert rival.asked == []

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -80,17 +80,30 @@ class SmWork:
     """The SM work of one allreduce call, as its row states it.
 
     Attributes:
-        sms: the most thread blocks any of the row's kernels launches for the call, on any
-            rank (a block runs on one SM; a grid larger than the GPU holds all of its SMs):
-            0 where copy engines (or the host) do all the work; None where mpiring cannot know
-            (another library's kernels, or a grid bound it was not told).
+        blocks: the most thread blocks any of the row's kernels launches for the call, on any
+            rank: 0 where copy engines (or the host) do all the work; None where mpiring cannot
+            know (another library's kernels, or a grid bound it was not told).
         fold_traffic: bytes of memory the row's reduction ("fold") kernels read plus write on
             all ranks together, divided by the ranks and by the message's bytes: the per-rank
             memory traffic of reducing, per byte reduced. None: not known, or no byte reduced.
+        device_sms: the SMs of the GPU the call runs on (None: not known; host memory).
     """
 
-    sms: int | None
+    blocks: int | None
     fold_traffic: float | None
+    device_sms: int | None = None
+
+    @property
+    def sms(self) -> int | None:
+        """The SMs the call's largest grid holds: ``min(blocks, device_sms)`` (a block runs on
+        one SM, and the GPU spreads a grid's first blocks over distinct SMs, so a grid of
+        fewer blocks than SMs holds as many SMs as blocks, a larger one every SM); 0 where no
+        kernel runs; None where the grid or the GPU's SM count is not known."""
+        if self.blocks == 0:
+            return 0
+        if self.blocks is None or self.device_sms is None:
+            return None
+        return min(self.blocks, self.device_sms)
 
 
 # What a row states of one call's SM work (:class:`SmWork`) from the call's shape.
@@ -212,8 +225,11 @@ class Algorithm:
             return None
         dtype = np.dtype(dtype)
         ran = None if self.batches is None else self.batches(backend, count, dtype, batches)
-        return self.sm_work(CallShape(backend.memory, backend.node_size, count, dtype, ran,
-                                      backend.grids, backend.size))
+        grids = backend.grids
+        work = self.sm_work(CallShape(backend.memory, backend.node_size, count, dtype, ran, grids,
+                                      backend.size))
+        # The row states its grid; the GPU's SM count, known to the communicator, says what it holds.
+        return work if grids is None else replace(work, device_sms=grids.device_sms)
 
     def describe_memory(self) -> str:
         return " and ".join({Memory.CUDA: "GPU", Memory.HOST: "host"}[m] for m in sorted(self.memory,

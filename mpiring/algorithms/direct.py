@@ -81,8 +81,8 @@ def oneshot_sm_work(shape: CallShape) -> SmWork:
     ``csrc/direct.cu``) reads the ``n`` rows (its own from its input, the peers' from its own
     slot, which they pushed into: local memory) and writes one: ``n + 1`` bytes per byte. The
     push of step 1 (1 read, ``n - 1`` stores into peers) is no fold and not counted."""
-    sms = None if shape.grids is None else shape.grids.direct_blocks
-    return SmWork(sms, shape.ranks + 1.0 if shape.count else None)
+    blocks = None if shape.grids is None else shape.grids.direct_blocks
+    return SmWork(blocks, shape.ranks + 1.0 if shape.count else None)
 
 
 def twoshot_sm_work(shape: CallShape) -> SmWork:
@@ -92,8 +92,8 @@ def twoshot_sm_work(shape: CallShape) -> SmWork:
     and stores the result ``n`` times, into its output and into every peer's output staging
     (``n - 1`` of them remote stores over NVLink): ``n / n + n / n = 2`` bytes per byte. The
     push of step 1 and the gather copies of step 3 are not counted."""
-    sms = None if shape.grids is None else shape.grids.direct_blocks
-    return SmWork(sms, 2.0 if shape.count else None)
+    blocks = None if shape.grids is None else shape.grids.direct_blocks
+    return SmWork(blocks, 2.0 if shape.count else None)
 
 
 def oneshot_ll_sm_work(shape: CallShape) -> SmWork:
@@ -102,12 +102,12 @@ def oneshot_ll_sm_work(shape: CallShape) -> SmWork:
     each peer's as 16-byte lines of 8 payload bytes (twice the bytes), writes the result and
     clears every peer line it read: ``1 + 2 (n - 1)`` read, ``1 + 2 (n - 1)`` written, ``4n - 2``
     bytes per byte where the message is whole lines (a last partial line still moves 16 bytes)."""
-    sms = None if shape.grids is None else shape.grids.ll_blocks(shape.count, shape.itemsize)
+    blocks = None if shape.grids is None else shape.grids.ll_blocks(shape.count, shape.itemsize)
     if not shape.count:
-        return SmWork(sms, None)
+        return SmWork(blocks, None)
     lines = -(-shape.nbytes // StagingLayout.LL_PAYLOAD)
     moved = 2 * shape.nbytes + 2 * (shape.ranks - 1) * StagingLayout.LL_LINE * lines
-    return SmWork(sms, moved / shape.nbytes)
+    return SmWork(blocks, moved / shape.nbytes)
 
 
 ONESHOT = Algorithm(

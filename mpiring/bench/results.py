@@ -40,10 +40,10 @@ class Row:
 
     ``stated_sms`` and ``fold_traffic``: what the row itself states of one allreduce at this
     size (``Algorithm.sm_work``, :class:`mpiring.algorithms.SmWork`: for ``auto``, its pick's):
-    the most thread blocks any of its kernels launches (0: copy engines or the host do all the
-    work), and the bytes its reduction kernels read plus write per byte of the message, per
-    rank. Empty where the row states nothing (NCCL, MPI, other libraries' rows), for the other
-    collectives, and for rows that did not run.
+    the SMs its largest grid holds (0: copy engines or the host do all the work; at most the
+    GPU's SMs), and the bytes its reduction kernels read plus write per byte of the message, per
+    rank; ``stated_blocks``: that grid's thread blocks. Empty where the row states nothing (NCCL,
+    MPI, other libraries' rows), for the other collectives, and for rows that did not run.
     ``replayed``: for mpiring's own rows timed eagerly, the share of the timed repetitions'
     calls (after the probe and warm-up) that were replayed (``Communicator.stats()``;
     :mod:`mpiring.call.replay`) on the rank where it is lowest: 1.0 where every one was; 0 on
@@ -103,7 +103,8 @@ class Row:
     train_eff: float | None = None
     ar_sms: int | None = None  # SMs the allreduce holds (None: all it wants, or unknown)
     ar_sms_source: str = ""  # where ar_sms comes from (mpiring.bench.overlap.sm_hold)
-    stated_sms: int | None = None  # the row's own statement (Algorithm.sm_work): its largest grid
+    stated_sms: int | None = None  # the row's own statement (Algorithm.sm_work): SMs its largest grid holds
+    stated_blocks: int | None = None  # ... that grid's thread blocks
     fold_traffic: float | None = None  # ... and its folds' memory traffic per byte, per rank
     replayed: float | None = None  # share of the timed calls replayed (lowest rank; eager mpiring rows)
     noisy: bool | None = None  # max_us / min_us > SPREAD_LIMIT: the median may not repeat
@@ -149,7 +150,7 @@ def spread_is_wide(row: Row, limit: float = SPREAD_LIMIT) -> bool | None:
 FIELDS = [f.name for f in fields(Row)]
 _BOOL_FIELDS = {"noisy"}
 _INT_FIELDS = {"size_bytes", "count", "nranks", "iters", "warmup", "reps", "slowest_rank",
-               "batches_used", "wrong", "ar_sms", "stated_sms",
+               "batches_used", "wrong", "ar_sms", "stated_sms", "stated_blocks",
                *(c for cols in MAKESPAN_COLUMNS.values() for c in (cols.gemms, cols.calls))}
 _REQUIRED = ("size_bytes", "count", "dtype", "op", "algo", "batches", "placement", "nranks",
              "status", "check")

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from ..algorithms import SmWork
 from ..core.errors import MpiringError
 from . import rivals
 from .algorithms import AUTO, VARIANTS
@@ -76,18 +77,17 @@ def batches_used(sw: Any, p: Point) -> int | None:
 RAN = ("ok", "fail")  # outcomes of calls that ran (timed, or with wrong results)
 
 
-def stated_sm_work(sw: Any, p: Point, comm: Any, algorithm: str) -> tuple[int | None, float | None]:
-    """(SMs, fold traffic per byte) that ``algorithm``'s row states of the point's allreduce on
-    ``comm`` (``Communicator.sm_work``); (None, None) for another library's row, a row that
-    states nothing, or where asking failed."""
+def stated_sm_work(sw: Any, p: Point, comm: Any, algorithm: str) -> SmWork | None:
+    """What ``algorithm``'s row states of the point's allreduce on ``comm``
+    (``Communicator.sm_work``): the SMs and blocks of its largest grid and its folds' traffic
+    per byte; None for another library's row, a row that states nothing, or where asking failed."""
     ask = getattr(comm, "sm_work", None)
     if ask is None or rivals.is_rival(p.algo) or algorithm == AUTO:
-        return None, None
+        return None
     try:
-        work = ask(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algorithm, batches=p.call_batches)
+        return ask(p.count, sw.dtype, gpu=sw.mode == "gpu", algorithm=algorithm, batches=p.call_batches)
     except MpiringError:
-        return None, None
-    return (None, None) if work is None else (work.sms, work.fold_traffic)
+        return None
 
 
 def make_row(sw: Any, p: Point, out: Outcome) -> Row:
@@ -105,7 +105,9 @@ def make_row(sw: Any, p: Point, out: Outcome) -> Row:
             row.resolved = resolved_pick(comm, p.count, sw.dtype, p.collective)
     if p.collective == ALLREDUCE and out.status in RAN:
         picked = row.resolved if row.resolved not in ("", "?") else algorithm  # auto: its pick
-        row.stated_sms, row.fold_traffic = stated_sm_work(sw, p, comm, picked)
+        work = stated_sm_work(sw, p, comm, picked)
+        if work is not None:
+            row.stated_sms, row.stated_blocks, row.fold_traffic = work.sms, work.blocks, work.fold_traffic
     if out.overlap is not None:
         overlap_figures(row, out.overlap)
         picked = row.resolved if row.resolved not in ("", "?") else algorithm  # auto: its pick

@@ -53,12 +53,14 @@ class GridLimits:
             the budget as asked, which every rank shares).
         ll_block_lines: about how many lines one oneshot-ll block moves.
         ll_max_blocks: the most blocks of a oneshot-ll launch (the budget; None: none).
+        device_sms: the SMs of the communicator's GPU (None: not told).
     """
 
     fold_cap: int
     direct_blocks: int
     ll_block_lines: int = LL_BLOCK_LINES
     ll_max_blocks: int | None = None
+    device_sms: int | None = None
 
     @classmethod
     def of(cls, device_sms: int, sm_budget: int | None, ll_block_lines: int | None = None) -> GridLimits:
@@ -66,7 +68,7 @@ class GridLimits:
         (``Communicator(sm_budget=N)``; None: none)."""
         held = None if sm_budget is None else min(sm_budget, device_sms)
         return cls(fold_block_cap(device_sms, held), direct_blocks(sm_budget),
-                   LL_BLOCK_LINES if ll_block_lines is None else ll_block_lines, held)
+                   LL_BLOCK_LINES if ll_block_lines is None else ll_block_lines, held, device_sms)
 
     def ll_blocks(self, count: int, itemsize: int) -> int | None:
         """Blocks of a oneshot-ll launch of ``count`` elements (None: over its budget's limit,

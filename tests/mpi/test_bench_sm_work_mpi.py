@@ -48,10 +48,11 @@ def test_the_bench_reports_each_rows_sm_work(shared_dir, capsys):
         else:
             want_sms, want = "", None
         got = None if r["fold_traffic"] == "" else float(r["fold_traffic"])
-        if r["stated_sms"] != want_sms or (got is None) != (want is None) or \
+        stated = (r["stated_sms"], r["stated_blocks"])
+        if stated != (want_sms, want_sms) or (got is None) != (want is None) or \
                 (want is not None and abs(got - want) > 1e-12):
-            problems.append(f"{where}: stated_sms {r['stated_sms']!r} fold_traffic {got}, want "
-                            f"{want_sms!r} {want}")
+            problems.append(f"{where}: stated_sms {r['stated_sms']!r} stated_blocks {r['stated_blocks']!r} "
+                            f"fold_traffic {got}, want {want_sms!r} {want}")
     if world.rank == 0:
         lines = out.splitlines()
         if not any("SMs" in line and "fold" in line for line in lines):
