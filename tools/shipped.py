@@ -19,7 +19,7 @@ was stopped in: a limit at or above that size is refused. The overlap entries
 (``overlap=True``: the smallest makespan ``T_both`` beside a GEMM) come from a ``--overlap
 gemm`` run of that machine and rank count listed in ``OVERLAP_SOURCES``, by
 :func:`mpiring.bench.tunefile.makespan_timings`, as ``mpiring-tune --overlap`` makes them;
-where none is committed (none yet: ``results/h200x1-makespan.csv`` is one rank) the rank count
+where none is committed (4 ranks; ``results/h200x1-makespan.csv`` is one rank) the rank count
 has no overlap entries, and ``--check`` says "overlap: not measured" for it. The file's
 ``runs`` say, per rank count and kind of call, which candidates or sizes the results lack,
 and per source which sizes it supplied and which it did not (taken from another source, or
