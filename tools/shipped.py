@@ -123,6 +123,9 @@ def gaps(rows: Sequence[Row], graph: bool, makespan: bool = False) -> list[str]:
         refused = sorted({r.size_bytes for r in rows if r.algo == algo
                           and r.status == "inapplicable"} - timed)
         missing = [s for s in sizes if s not in timed and s not in refused]
+        if not timed and not missing:
+            out.append(f"{algo}: refuses every size measured, {_spans(refused)}: above its size limit")
+            continue
         if not timed:
             out.append(f"{algo}: not measured")
             continue

@@ -269,9 +269,10 @@ def test_2_ranks_have_overlap_entries_from_their_makespan_run_and_4_ranks_none(c
     assert [s["source"] for s in run["sources"]] == [shipped.OVERLAP_SOURCES[2]]
     assert run["sizes"] == "64 MiB .. 1 GiB (3 sizes)" and run["sm_budget"] is None
     # every candidate serving 64 MiB to 1 GiB has its makespan at each size; the one-shots
-    # refuse those sizes (above their size limit), so the run has no time of theirs
+    # refuse those sizes (above their size limit), and the gaps say so
     assert run["candidates"] == ["nccl", "ring", "twoshot"]
-    assert run["gaps"] == ["oneshot: not measured", "oneshot-ll: not measured",
+    refusal = "refuses every size measured, 64 MiB, 256 MiB, 1 GiB: above its size limit"
+    assert run["gaps"] == [f"oneshot: {refusal}", f"oneshot-ll: {refusal}",
                            "sizes above 1 GiB: not measured (the 1 GiB winner holds)"]
     assert all(table.choose(2, size, overlap=True) in run["candidates"]
                for size in (1 << 20, 64 << 20, 256 << 20, 8 << 30))
