@@ -499,3 +499,41 @@ def test_an_attribute_that_raises_is_no_key_and_an_interrupt_goes_through(lock) 
         with pytest.raises(KeyboardInterrupt):
             method(*args)
     assert not the_lock.locked()
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_threads_racing_on_one_communicator_never_share_a_call(way) -> None:
+    """Four threads calling one communicator at once, with the interpreter switching threads as
+    often as it can: every call either replays (one launch) or raises ConcurrentCallError
+    (nothing launched); no launch is lost or doubled, and the lock is free at the end."""
+    h, comm = communicator(way)
+    interval = sys.getswitchinterval()
+    try:
+        x, out = cupy_like(2048, 0x7000), cupy_like(2048, 0x9000)
+        comm.keep(h.replay(), out, x)
+        outcomes: list[list[str]] = [[] for _ in range(4)]
+        start = threading.Barrier(len(outcomes))
+
+        def calls(mine: list[str]) -> None:
+            start.wait()
+            mine.extend(allreduce(comm, x, out) for _ in range(400))
+
+        sys.setswitchinterval(1e-6)
+        threads = [threading.Thread(target=calls, args=(mine,)) for mine in outcomes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        sys.setswitchinterval(interval)
+        assert not any(t.is_alive() for t in threads)
+        every = [o for mine in outcomes for o in mine]
+        replayed = every.count("replayed")
+        refused = [o for o in every if o != "replayed"]
+        assert len(every) == 1600 and all(o.startswith(ConcurrentCallError.__name__) for o in refused), \
+            sorted(set(refused))
+        assert len(h.launches.log) == replayed == comm.stats().replayed
+        assert allreduce(comm, x, out) == "replayed"  # the lock was left free
+    finally:
+        sys.setswitchinterval(interval)
+        comm.close()
+        h.close()
