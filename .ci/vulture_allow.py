@@ -39,7 +39,7 @@ write_csv, write_json, read_jsonl  # bench.results: the results files' format, b
 # bench.results.Row's columns, written to and read from the CSV/JSON by field name:
 mean_us, gemm_alone_us, gemm_overlap_us, ar_alone_us, ar_overlap_us, overlap_gemms, overlap_calls
 t_gemm_us, t_ar_us, overlap_eff, train_gemms, train_calls, train_t_gemm_us, train_t_ar_us
-train_t_both_us, train_eff
+train_t_both_us, train_eff, stated_blocks
 
 # -- mpiring.cuda.streamprog's record fields: _streamprog.c reads the same by the same names --------
 STREAM  # field 1: the stream handle
