@@ -6,6 +6,7 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.starve [...]        # how long a fold-sized kernel waits for SMs beside a GEMM
     python -m tools.scaleout [...]      # the scale-out cost model against measured results
     python -m tools.shipped [--check]   # derive mpiring/data/tuning-h200.json from results/
+    python -m tools.targets [CSV ...]   # issue 28's small-message targets, per results CSV
     python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
     python -m tools.build_hotpath       # compile the C extensions (eager replay, stream programs)
