@@ -204,18 +204,13 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 labels.append(f"{shown} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
                 gated.append(row.graph_capturable)
-                if check in python_keys and row.bind is not None:
-                    keyed_comm = python_keys[check]
-                    keyed_comm.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{shown} (check {check or 'off'}, Python key)" + note)
-                    cases.append(_call(keyed_comm, name, x, out))
-                    gated.append(row.graph_capturable)
-                if check in python_replays and row.bind is not None:
-                    python_comm = python_replays[check]
-                    python_comm.Allreduce(x, out, algorithm=name)
-                    labels.append(f"{shown} (check {check or 'off'}, Python replay)" + note)
-                    cases.append(_call(python_comm, name, x, out))
-                    gated.append(row.graph_capturable)
+                for variants, how in ((python_keys, "Python key"), (python_replays, "Python replay")):
+                    if check in variants and row.bind is not None:
+                        variant = variants[check]
+                        variant.Allreduce(x, out, algorithm=name)  # its first call plans
+                        labels.append(f"{shown} (check {check or 'off'}, {how})" + note)
+                        cases.append(_call(variant, name, x, out))
+                        gated.append(row.graph_capturable)
                 if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
                     labels.append(f"{shown} (check off, full path)")

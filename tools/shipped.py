@@ -287,14 +287,25 @@ def _ladder(root: Path, sources: Overlay, nranks: int, kind: str) -> tuple[Entri
     return built[nranks], run
 
 
+Sources = dict[int, tuple[Overlay, Overlay]]  # per rank count, its eager and graph ladders
+
+
+def _chosen(sources: Sources | None,
+            overlap_sources: dict[int, str] | None) -> tuple[Sources, dict[int, str]]:
+    """The sources asked for, or ``SOURCES``; the makespan CSVs asked for, or those of
+    ``OVERLAP_SOURCES`` for the rank counts of the sources."""
+    sources = SOURCES if sources is None else sources
+    if overlap_sources is None:
+        overlap_sources = {n: csv for n, csv in OVERLAP_SOURCES.items() if n in sources}
+    return sources, overlap_sources
+
+
 def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
           overlap_sources: dict[int, str] | None = None) -> TuningTable:
     """The shipped table from the results under ``root`` (the repository): per rank count of
     ``sources`` its eager and graph sources, and its makespan CSV where ``overlap_sources`` has
     one (default: ``SOURCES``, and ``OVERLAP_SOURCES`` for the rank counts of ``sources``)."""
-    sources = SOURCES if sources is None else sources
-    if overlap_sources is None:
-        overlap_sources = {n: csv for n, csv in OVERLAP_SOURCES.items() if n in sources}
+    sources, overlap_sources = _chosen(sources, overlap_sources)
     stray = sorted(set(overlap_sources) - set(sources))
     if stray:
         raise ValueError(f"makespan runs for {stray} ranks, which have no eager results")
@@ -333,9 +344,7 @@ def missing(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = Non
     lacks: all of them outside mpiring's repository, whose ``results/`` the installed package
     does not carry. (A run's log, read only for a commit its results do not record, may be
     absent: the commit then reads ``unknown``.)"""
-    sources = SOURCES if sources is None else sources
-    if overlap_sources is None:
-        overlap_sources = {n: csv for n, csv in OVERLAP_SOURCES.items() if n in sources}
+    sources, overlap_sources = _chosen(sources, overlap_sources)
     names = [s.csv for pair in sources.values() for ladder in pair for s in ladder]
     names += list(overlap_sources.values())
     needed = [p for n in dict.fromkeys(names) for p in (n, str(Path(n).with_suffix(".json")))]
