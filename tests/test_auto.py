@@ -92,17 +92,37 @@ def test_from_timings_picks_the_fastest_and_merges_runs() -> None:
     assert tuning.from_timings(times) == {4: ((2048, "oneshot"), (4096, "twoshot"), (None, "ring"))}
 
 
+def test_one_size_won_narrowly_between_two_won_by_another_keeps_their_winner() -> None:
+    # 4 x H200 eager (results/h200x4-small-a280745.csv): oneshot-ll's 8 KiB median was noisy
+    times = [(4, 4096, "oneshot-ll", 7.13), (4, 4096, "oneshot", 10.19),
+             (4, 8192, "oneshot-ll", 10.67), (4, 8192, "oneshot", 10.39),
+             (4, 16384, "oneshot-ll", 7.53), (4, 16384, "oneshot", 10.41)]
+    assert tuning.from_timings(times) == {4: ((None, "oneshot-ll"),)}
+    clear = [(w, n, a, 9.0 if (n, a) == (8192, "oneshot") else t) for w, n, a, t in times]
+    assert tuning.from_timings(clear) == {4: ((4096, "oneshot-ll"), (8192, "oneshot"), (None, "oneshot-ll"))}
+
+
+def test_the_first_and_last_sizes_keep_their_fastest() -> None:
+    times = [(2, 1024, "oneshot", 1.00), (2, 1024, "twoshot", 1.01),
+             (2, 2048, "twoshot", 1.0), (2, 2048, "oneshot", 2.0),
+             (2, 4096, "oneshot", 1.00), (2, 4096, "twoshot", 1.01)]
+    assert tuning.from_timings(times) == {2: ((1024, "oneshot"), (2048, "twoshot"), (None, "oneshot"))}
+
+
 @given(st.lists(st.tuples(st.integers(1, 1 << 33), st.sampled_from(auto_candidates()),
                           st.floats(1e-7, 1.0)), min_size=1, max_size=60))
-def test_from_timings_agrees_with_the_fastest_at_every_measured_size(points) -> None:
+def test_from_timings_picks_within_noise_of_the_fastest_at_every_measured_size(points) -> None:
     tables = tuning.from_timings([(4, n, a, t) for n, a, t in points])
     t = tuning.TuningTable(tables)
-    fastest: dict[int, tuple[float, str]] = {}
+    times: dict[int, dict[str, float]] = {}
     for n, a, sec in points:
-        if n not in fastest or sec < fastest[n][0]:
-            fastest[n] = (sec, a)
-    for n, (_, algo) in fastest.items():
-        assert t.choose(4, n) == algo
+        times.setdefault(n, {})[a] = min(sec, times.get(n, {}).get(a, float("inf")))
+    ends = (min(times), max(times))
+    for n, at in times.items():
+        chosen, fastest = t.choose(4, n), min(at.values())
+        assert chosen in at and at[chosen] <= (1 + tuning.NOISE) * fastest
+        if n in ends:  # no neighbour on one side: the fastest
+            assert at[chosen] == fastest
     assert tuning.parse(tuning.to_json(t)) == t  # what from_timings builds is a valid table
 
 

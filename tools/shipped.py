@@ -19,7 +19,7 @@ was stopped in: a limit at or above that size is refused. The overlap entries
 (``overlap=True``: the smallest makespan ``T_both`` beside a GEMM) come from a ``--overlap
 gemm`` run of that machine and rank count listed in ``OVERLAP_SOURCES``, by
 :func:`mpiring.bench.tunefile.makespan_timings`, as ``mpiring-tune --overlap`` makes them;
-where none is committed (4 ranks; ``results/h200x1-makespan.csv`` is one rank) the rank count
+where none is committed (``results/h200x1-makespan.csv`` is one rank) a rank count
 has no overlap entries, and ``--check`` says "overlap: not measured" for it. The file's
 ``runs`` say, per rank count and kind of call, which candidates or sizes the results lack,
 and per source which sizes it supplied and which it did not (taken from another source, or
@@ -61,23 +61,23 @@ GPU, LINK = "NVIDIA H200", "nvlink"
 LINK_EVIDENCE = ("docs/results.md: '4 × H200 (NVLink, all-to-all)' and '2 × H200 (NVLink)' "
                  "(the results' metadata does not record the link)")
 # Per rank count, (eager, graph): the newest runs of the small sizes (2 ranks: 2026-11-27 at
-# 682f42d, 1 KiB to 4 MiB eager and 1 KiB to 1 MiB in graphs; 4 ranks: 2026-11-27 at 263e71e,
-# 1 KiB to 4 MiB eager and 1 KiB to 256 KiB in graphs, that run stopped in 512 KiB) over the
-# full 1 KiB to 8 GiB runs of 2026-11-26.
+# 682f42d, 1 KiB to 4 MiB eager and 1 KiB to 1 MiB in graphs; 4 ranks: 2026-11-27 at a280745,
+# 1 KiB to 4 MiB eager and in graphs) over the full 1 KiB to 8 GiB runs of 2026-11-26.
 SOURCES: dict[int, tuple[Overlay, Overlay]] = {
     2: ((Source("results/h200x2-small-682f42d.csv", 4 << 20),
          Source("results/h200x2-7230227.csv")),
         (Source("results/h200x2-graph-small-682f42d.csv", 1 << 20),
          Source("results/h200x2-graph-7230227.csv"))),
-    4: ((Source("results/h200x4-small-263e71e-deepbind.csv", 4 << 20),
+    4: ((Source("results/h200x4-small-a280745.csv", 4 << 20),
          Source("results/h200x4-785a13a.csv")),
-        (Source("results/h200x4-graph-small-263e71e.csv", 256 << 10),
+        (Source("results/h200x4-graph-small-a280745.csv", 4 << 20),
          Source("results/h200x4-graph-785a13a.csv"))),
 }
 # Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm,train, every
 # auto candidate, no SM budget, as the eager and graph runs) on the reference machine: its
-# overlap entries (64 MiB to 1 GiB). None yet for 4 H200s.
-OVERLAP_SOURCES: dict[int, str] = {2: "results/h200x2-overlap-682f42d.csv"}
+# overlap entries (64 MiB to 1 GiB).
+OVERLAP_SOURCES: dict[int, str] = {2: "results/h200x2-overlap-682f42d.csv",
+                                   4: "results/h200x4-overlap-9ea0311.csv"}
 OVERLAP_GAP = "overlap: not measured (no --overlap gemm makespan run committed under results/)"
 TARGET = f"mpiring/data/{SHIPPED}"
 # What the shipped file says made it.

@@ -349,8 +349,8 @@ ROW = Algorithm(
             "once, the owner folds the n pieces in rank order (one kernel), then pushes the "
             "result to every rank; GPU-signalled",
     best_for="large messages on NVSwitch nodes, leaving the SMs to compute",
-    # Every element is reduced in rank order (csrc/fold_n.cu), but the row is not yet marked
-    # rank_ordered: reproducible=True would then run it (the only GPU row with a reduce-scatter)
-    # before it has run on a GPU.
+    # Every element is reduced in rank order (csrc/fold_n.cu), but the row is not marked
+    # rank_ordered: reproducible=True would then run it (the only GPU row with a reduce-scatter),
+    # and the GPU test of every allowed row's bits (tests/gpu/test_gpu_reproducible.py) has not.
     reduce_scatter=reduce_scatter, allgather=allgather, sm_work=sm_work,
 )

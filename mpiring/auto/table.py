@@ -317,20 +317,35 @@ def load(path: str | os.PathLike | None = None) -> TuningTable:
     return loads(text, f"mpiring/data/{SHIPPED}")
 
 
+# A size won by another candidate than both its neighbours' common winner, by less than this
+# fraction of that winner's time there, keeps the neighbours' winner: one noisy point must not
+# carve a one-size entry into the ladder (4 x H200, eager 8 KiB: oneshot-ll's median 10.7 us in
+# a run where its own minimum, and its time at 4 and 16 KiB, were 7.0-7.5 us).
+NOISE = 0.05
+
+
 def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, Entries]:
     """Build tables from measurements ``(world_size, nbytes, algorithm, seconds)``: at every
-    measured size the fastest algorithm wins until the next measured size; runs of the same
-    winner merge, and the largest size's winner covers everything beyond."""
-    best: dict[int, dict[int, tuple[float, str]]] = {}
+    measured size the fastest algorithm wins until the next measured size, except that a size
+    between two sizes won by the same algorithm goes to it where it is within :data:`NOISE` of
+    the fastest there; runs of the same winner merge, and the largest size's winner covers
+    everything beyond."""
+    measured: dict[int, dict[int, dict[str, float]]] = {}
     for world, nbytes, algo, seconds in times:
         if algo not in _candidates():
             raise InvalidArgumentError(f"cannot tune with algorithm {algo!r}")
-        sizes = best.setdefault(int(world), {})
-        if nbytes not in sizes or seconds < sizes[nbytes][0]:
-            sizes[int(nbytes)] = (float(seconds), algo)
+        at = measured.setdefault(int(world), {}).setdefault(int(nbytes), {})
+        at[algo] = min(float(seconds), at.get(algo, float("inf")))
     tables: dict[int, Entries] = {}
-    for world, sizes in best.items():
-        tables[world] = _merge([(n, sizes[n][1]) for n in sorted(sizes)])
+    for world, sizes in measured.items():
+        ordered = [sizes[n] for n in sorted(sizes)]
+        winners = [min(sorted(at), key=at.__getitem__) for at in ordered]  # ties: by name
+        for i in range(1, len(winners) - 1):
+            around, at = winners[i - 1], ordered[i]
+            if (winners[i + 1] == around != winners[i] and around in at
+                    and at[around] <= (1 + NOISE) * at[winners[i]]):
+                winners[i] = around
+        tables[world] = _merge(list(zip(sorted(sizes), winners, strict=True)))
     return tables
 
 

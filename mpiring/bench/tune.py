@@ -20,7 +20,9 @@ every size by the benchmark's own code (each point checked element by element, t
 float32 sum; the median of the slowest rank), twice: as eager calls (one Python call after the
 other: what a training loop without graphs pays, bound by the host) and, on GPUs, replayed
 from a CUDA graph (bound by the GPU; only the rows that can be captured: not the ring). At each
-size the fastest wins (:func:`mpiring.auto.table.from_timings`): the eager sweep gives the
+size the fastest wins (:func:`mpiring.auto.table.from_timings`; a size between two won by the
+same other candidate, where that one is within :data:`~mpiring.auto.table.NOISE` of the
+fastest, keeps it): the eager sweep gives the
 table's ``eager`` entries, the graph sweep its ``graph`` entries, which auto uses while the
 caller's stream is being captured. ``--overlap`` (GPUs) adds a third sweep beside a GEMM, the
 smallest makespan winning, for the ``overlap`` entries (:mod:`mpiring.bench.tune_overlap`);
