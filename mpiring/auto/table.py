@@ -318,7 +318,7 @@ def load(path: str | os.PathLike | None = None) -> TuningTable:
 
 
 # A size whose fastest candidate differs from the common winner of the sizes on both sides
-# keeps that winner where its time there is within this fraction of the fastest: one noisy
+# goes to that winner where its time there is within this fraction of the fastest: one noisy
 # point must not carve a one-size entry into the ladder (4 x H200, eager 8 KiB: oneshot-ll's
 # median 10.7 us in a run where its own minimum, and its time at 4 and 16 KiB, were 7.0-7.5 us).
 NOISE = 0.05
