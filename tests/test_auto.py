@@ -305,6 +305,39 @@ def test_overlap_entries_serve_overlapped_calls_only() -> None:
         (True, False, True, False)
 
 
+def test_overlap_entries_serve_from_the_smallest_size_they_measured() -> None:
+    """A makespan run of 64 MiB to 1 GiB says nothing of 8 KiB: below overlap_from an
+    overlapped call picks as any other, eager or in a capture."""
+    t = table2({"2": {"eager": [[65536, "oneshot"], [None, "twoshot"]],
+                      "graph": [[65536, "oneshot-ll"], [None, "nccl"]],
+                      "overlap": [[None, "ring"]], "overlap_from": 64 << 20}})
+    for nbytes in (1, 8192, (64 << 20) - 1):
+        for graph in (False, True):
+            assert t.choose(2, nbytes, graph=graph, overlap=True) == t.choose(2, nbytes, graph=graph)
+    assert t.choose(2, 64 << 20, overlap=True) == t.choose(2, 8 << 30, overlap=True) == "ring"
+    assert t.choose(2, 64 << 20, graph=True, overlap=True) == "nccl"  # the ring cannot be captured
+    assert t.differs(2, 8192, overlap=True) == t.differs(2, 8192)  # as a plain call below
+    assert t.overlap_from == {2: 64 << 20} and tuning.parse(tuning.to_json(t)) == t
+    assert tuning.to_json(t)["tables"]["2"]["overlap_from"] == 64 << 20
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (0, "must be a size in bytes of at least 1, got 0"),
+    (-5, "must be a size in bytes of at least 1"),
+    (True, "must be a size in bytes of at least 1, got True"),
+    ("64M", "must be a size in bytes of at least 1, got '64M'"),
+    (1.5, "must be a size in bytes of at least 1, got 1.5"),
+])
+def test_a_bad_overlap_from_is_refused_naming_it(value, message) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"overlap_from for 2 ranks {re.escape(message)}"):
+        table2({"2": {"eager": [[None, "nccl"]], "overlap": [[None, "ring"]], "overlap_from": value}})
+
+
+def test_overlap_from_without_overlap_entries_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="2 ranks have overlap_from but no overlap entries"):
+        table2({"2": {"eager": [[None, "nccl"]], "overlap_from": 1024}})
+
+
 def test_while_capturing_an_overlap_pick_that_cannot_be_captured_gives_way_to_the_graph_choice() -> None:
     t = table2(OVERLAPPED)
     assert t.choose(2, 1024, graph=True, overlap=True) == "oneshot"  # capturable: kept
@@ -334,7 +367,8 @@ def test_differs_for_overlapped_calls() -> None:
     ({"2": {"eager": [[None, "nccl"]], "overlap": "ring"}}, "must be a list"),
     ({"2": {"eager": [], "overlap": [[None, "ring"]]}}, "overlap entries but no eager"),
     ({"2": {"eager": [[None, "nccl"]], "overlaps": []}},
-     "unknown key 'overlaps' in the table for 2 ranks (expected 'eager', 'graph' or 'overlap')"),
+     "unknown key 'overlaps' in the table for 2 ranks (expected 'eager', 'graph', 'overlap' or "
+     "'overlap_from')"),
     ({"2": {"overlap": [[None, "nccl"]]}}, 'must be {"eager"'),
 ])
 def test_bad_overlap_ladders_are_refused_with_the_reason(data: dict, message: str) -> None:

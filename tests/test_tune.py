@@ -259,10 +259,12 @@ def test_the_overlap_ladder_keeps_the_smallest_makespan(tmp_path):
     path = tune.write_table(tmp_path / "t.json", table)
     assert load(path) == table
     assert ('   "graph": [[1024, "oneshot"], [null, "nccl"]],\n'
-            '   "overlap": [[1024, "nccl"], [null, "ring"]]\n  }') in path.read_text()
+            '   "overlap": [[1024, "nccl"], [null, "ring"]],\n'
+            '   "overlap_from": 1024\n  }') in path.read_text()
+    assert table.overlap_from == {4: 1024}  # the smallest size measured beside the GEMM
     assert tunefile.ladder_lines(table, 4)[-3:] == [
-        "beside a GEMM (overlap=True, smallest makespan):", "  up to 1 KiB        nccl",
-        "  above 1 KiB        ring"]
+        "beside a GEMM (overlap=True, smallest makespan, from 1 KiB; below it as eager calls):",
+        "  up to 1 KiB        nccl", "  above 1 KiB        ring"]
     plain = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY)
     assert plain.overlap == {} and not any("GEMM" in line for line in tunefile.ladder_lines(plain, 4))
 
@@ -275,8 +277,11 @@ def test_merging_keeps_other_counts_overlap_entries_and_replaces_this_ones():
     merged = tune.make_table([(2, 1, "nccl", 1.0)], 2, RUN, base, key=KEY._replace(ranks=2),
                              overlap_times=two)
     assert merged.overlap == {4: base.overlap[4], 2: ((None, "ring"),)}
+    assert merged.overlap_from == {4: 1024, 2: 1 << 20}  # 2 ranks' makespans start at 1 MiB
+    assert merged.choose(2, 1024, overlap=True) == merged.choose(2, 1024) == "nccl"  # below: eager
     again = tune.make_table(tune.timings(ROWS, 4), 4, RUN, merged, key=KEY)  # no --overlap now
     assert again.overlap == {2: ((None, "ring"),)}  # the 4-rank table is replaced, overlap too
+    assert again.overlap_from == {2: 1 << 20}
     assert parse(json.loads(tune.table_json(merged))) == merged
 
 

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from mpiring import algorithms
 from mpiring.algorithms import auto_candidates
-from mpiring.auto.table import SHIPPED, Entries, TuningTable, from_timings
+from mpiring.auto.table import SHIPPED, Entries, TuningTable, from_timings, smallest_sizes
 from mpiring.bench.results import Row, read_csv
 from mpiring.bench.sizes import format_size
 from mpiring.bench.tunefile import DTYPE, OP, makespan_timings, sizes_text, table_json, timings
@@ -255,8 +255,10 @@ def _check_timing(name: str, meta: dict[str, Any], kind: str) -> None:
         raise ValueError(f"{name}: timed {timing!r} calls, which cannot make the {kind} entries")
 
 
-def _ladder(root: Path, sources: Overlay, nranks: int, kind: str) -> tuple[Entries, dict[str, Any]]:
-    """One ladder of the table from its sources' results CSVs, and its ``runs`` entry."""
+def _ladder(root: Path, sources: Overlay, nranks: int,
+            kind: str) -> tuple[Entries, dict[str, Any], int]:
+    """One ladder of the table from its sources' results CSVs, its ``runs`` entry, and the
+    smallest size it measured (an overlap ladder's ``overlap_from``)."""
     loaded = []
     for source in sources:
         rows, meta = _rows(root, source.csv, nranks), _metadata(root, source.csv)
@@ -284,7 +286,7 @@ def _ladder(root: Path, sources: Overlay, nranks: int, kind: str) -> tuple[Entri
            "sm_budget": budgets[sources[0].csv],  # auto looks tables up by it
            "sources": [_source_run(root, source.csv, rows, meta, taken)
                        for source, rows, meta in loaded]}
-    return built[nranks], run
+    return built[nranks], run, smallest_sizes(times)[nranks]
 
 
 Sources = dict[int, tuple[Overlay, Overlay]]  # per rank count, its eager and graph ladders
@@ -310,6 +312,7 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
     if stray:
         raise ValueError(f"makespan runs for {stray} ranks, which have no eager results")
     ladders: dict[str, dict[int, Entries]] = {"eager": {}, "graph": {}, "overlap": {}}
+    overlap_from: dict[int, int] = {}  # below the makespan run's smallest size: as any call
     runs: dict[str, dict[str, Any]] = {}
     for nranks, (eager, graph) in sorted(sources.items()):
         kinds: dict[str, Any] = {}
@@ -317,7 +320,9 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
         if nranks in overlap_sources:
             named.append(("overlap", (Source(overlap_sources[nranks]),)))
         for kind, overlaid in named:
-            ladders[kind][nranks], kinds[kind] = _ladder(root, overlaid, nranks, kind)
+            ladders[kind][nranks], kinds[kind], smallest = _ladder(root, overlaid, nranks, kind)
+            if kind == "overlap":
+                overlap_from[nranks] = smallest
         budgets = {kind: run["sm_budget"] for kind, run in kinds.items()}
         if len(set(budgets.values())) > 1:
             raise ValueError(f"{nranks} ranks: the results were measured under different SM "
@@ -330,7 +335,7 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
                  for source in run["sources"])
     counts = " and ".join(map(str, sorted(sources)))
     return TuningTable(ladders["eager"], f"reference machine: {counts} x {GPU}, NVLink", latest,
-                       meta, ladders["graph"], GPU, LINK, ladders["overlap"])
+                       meta, ladders["graph"], GPU, LINK, ladders["overlap"], overlap_from)
 
 
 def overlap_gaps(table: TuningTable) -> list[str]:

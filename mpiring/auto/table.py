@@ -21,7 +21,8 @@ Format 2 (JSON), what the tuner writes::
      "runs": {"2": {...where, when and from what it was measured...}},
      "tables": {"2": {"eager": [[2048, "nccl"], [536870912, "twoshot"], [null, "ring"]],
                       "graph": [[1048576, "oneshot"], [null, "twoshot"]],
-                      "overlap": [[65536, "oneshot"], [null, "ring"]]}}}
+                      "overlap": [[65536, "oneshot"], [null, "ring"]],
+                      "overlap_from": 1024}}}
 
 ``"gpu"`` or ``"link"`` left out (or null) means "any". Format 1, written before machine keys,
 still reads: a table for any GPU and link, eager entries only::
@@ -33,6 +34,9 @@ least the message size wins; ``null`` means "any size"; the last entry covers la
 with a limit. Algorithm names are rows of the algorithm table marked ``auto``
 (:func:`mpiring.algorithms.auto_candidates`); graph entries must be rows that can be captured,
 overlap entries may be any (the ring too); either needs eager entries for its rank count.
+``overlap_from`` (optional, with overlap entries) is the smallest size measured beside compute:
+below it nothing says what hides best, and an overlapped call picks as any other (a makespan
+run of 64 MiB to 1 GiB must not send an 8 KiB call to the ring).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ FORMATS = (1, 2)  # what parse reads
 SHIPPED = "tuning-h200.json"
 EAGER, GRAPH, OVERLAP = "eager", "graph", "overlap"
 LADDERS = (EAGER, GRAPH, OVERLAP)
+OVERLAP_FROM = "overlap_from"  # per rank count: the smallest size the overlap entries measured
 
 Entry = tuple[int | None, str]
 Entries = tuple[Entry, ...]
@@ -73,7 +78,7 @@ def pick(entries: Entries, nbytes: int) -> str:
 class TuningTable:
     """One kind of machine's table: per rank count, eager entries (``tables``) and, optionally,
     graph entries (``graph``) and overlap entries (``overlap``: the smallest makespan beside a
-    GEMM); ``gpu``/``link`` None: any."""
+    GEMM, from the size ``overlap_from`` holds, else every size); ``gpu``/``link`` None: any."""
 
     tables: dict[int, Entries]
     machine: str = ""
@@ -83,16 +88,18 @@ class TuningTable:
     gpu: str | None = None
     link: str | None = None
     overlap: dict[int, Entries] = field(default_factory=dict)
+    overlap_from: dict[int, int] = field(default_factory=dict)
 
     def choose(self, world_size: int, nbytes: int, graph: bool = False,
                overlap: bool = False) -> str:
         """The algorithm for a message of ``nbytes`` on ``world_size`` ranks; ``graph``: while
         a CUDA graph is being captured (the graph entries, else the eager ones); ``overlap``:
-        the call runs beside compute (the overlap entries, where this rank count has them,
-        unless a capture is running and their pick cannot be captured: then as ``graph``)."""
+        the call runs beside compute (the overlap entries, where this rank count has them and
+        from the smallest size they measured, unless a capture is running and their pick cannot
+        be captured: then as ``graph``)."""
         if overlap:
             ladder = self.overlap.get(world_size)
-            if ladder:
+            if ladder and nbytes >= self.overlap_from.get(world_size, 0):
                 algo = pick(ladder, nbytes)
                 if not graph or _capturable(algo):
                     return algo
@@ -246,6 +253,7 @@ def parse(data: Any, source: str = "tuning table") -> TuningTable:
         raise InvalidArgumentError(f"{source}: \"tables\" must map rank counts to entries")
     eager: dict[int, Entries] = {}
     extra: dict[str, dict[int, Entries]] = {GRAPH: {}, OVERLAP: {}}
+    overlap_from: dict[int, int] = {}
     for key, value in raw.items():
         world = _rank_count(key, source)
         ladders = {EAGER: value} if fmt == 1 else value
@@ -253,11 +261,11 @@ def parse(data: Any, source: str = "tuning table") -> TuningTable:
             raise InvalidArgumentError(f"{source}: the table for {world} ranks must be "
                                        '{"eager": [...], "graph": [...], "overlap": [...]} '
                                        "(graph and overlap optional)")
-        unknown = sorted(set(ladders) - set(LADDERS))
+        unknown = sorted(set(ladders) - {*LADDERS, OVERLAP_FROM})
         if unknown:
             raise InvalidArgumentError(f"{source}: unknown key {unknown[0]!r} in the table for "
-                                       f"{world} ranks (expected {EAGER!r}, {GRAPH!r} or "
-                                       f"{OVERLAP!r})")
+                                       f"{world} ranks (expected {EAGER!r}, {GRAPH!r}, "
+                                       f"{OVERLAP!r} or {OVERLAP_FROM!r})")
         entries = _entries(ladders[EAGER], f"{world} ranks", source)
         if entries:
             eager[world] = entries
@@ -271,11 +279,20 @@ def parse(data: Any, source: str = "tuning table") -> TuningTable:
                                            "eager ones (eager serves the other calls)")
             if entries:
                 extra[kind][world] = entries
+        start = ladders.get(OVERLAP_FROM)
+        if start is not None:
+            if isinstance(start, bool) or not isinstance(start, int) or start < 1:
+                raise InvalidArgumentError(f"{source}: {OVERLAP_FROM} for {world} ranks must be a "
+                                           f"size in bytes of at least 1, got {start!r}")
+            if world not in extra[OVERLAP]:
+                raise InvalidArgumentError(f"{source}: {world} ranks have {OVERLAP_FROM} but no "
+                                           "overlap entries")
+            overlap_from[world] = start
     _check_runs(data.get("runs"), source)
     gpu, link = (None, None) if fmt == 1 else (_label(data, "gpu", source), _label(data, "link", source))
     meta = {k: v for k, v in data.items() if k not in ("tables", "format", "gpu", "link")}
     return TuningTable(eager, str(data.get("machine", "")), str(data.get("measured", "")), meta,
-                       extra[GRAPH], gpu, link, extra[OVERLAP])
+                       extra[GRAPH], gpu, link, extra[OVERLAP], overlap_from)
 
 
 def loads(text: str, source: str) -> TuningTable:
@@ -295,6 +312,8 @@ def to_json(table: TuningTable) -> dict:
     out["tables"] = {str(w): {EAGER: _rows(entries),
                               **({GRAPH: _rows(table.graph[w])} if w in table.graph else {}),
                               **({OVERLAP: _rows(table.overlap[w])} if w in table.overlap
+                                 else {}),
+                              **({OVERLAP_FROM: table.overlap_from[w]} if w in table.overlap_from
                                  else {})}
                      for w, entries in sorted(table.tables.items())}
     return out
@@ -347,6 +366,15 @@ def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, Entr
                 winners[i] = around
         tables[world] = _merge(list(zip(sorted(sizes), winners, strict=True)))
     return tables
+
+
+def smallest_sizes(times: Iterable[tuple[int, int, str, float]]) -> dict[int, int]:
+    """Per rank count, the smallest size of the measurements ``(world_size, nbytes, algorithm,
+    seconds)``: what an overlap ladder built from them holds ``overlap_from``."""
+    smallest: dict[int, int] = {}
+    for world, nbytes, _, _ in times:
+        smallest[int(world)] = min(int(nbytes), smallest.get(int(world), int(nbytes)))
+    return smallest
 
 
 def _merge(winners: Sequence[tuple[int, str]]) -> Entries:

@@ -66,7 +66,7 @@ def banner_lines(sw: Sweep, meta: dict[str, Any]) -> list[tuple[str, str]]:
         *(("variant", f"{name}: {VARIANTS[name].summary}") for name in sw.algos
           if name in VARIANTS),
         *((("left out", _left_out_line(sw)),) if sw.left_out else ()),
-        *((("tuning", _tuning_line(sw)),) if _tuned(sw) else ()),
+        *((("tuning", tuning_line(sw)),) if _tuned(sw) else ()),
         ("batches", ", ".join(str(b) for b in opts.batches)
          + ("" if any(is_batched(a) for a in sw.algos) else " (unused)")),
         ("placement", ", ".join(opts.placements)),
@@ -175,16 +175,20 @@ def _tuned(sw: Sweep) -> bool:
     return AUTO in sw.algos or (sw.mode == "gpu" and any(map(picks_per_size, sw.algos)))
 
 
-def _tuning_line(sw: Sweep) -> str:
-    """Which tuning table auto uses in this run (``Communicator.tuning``)."""
+def tuning_line(sw: Sweep) -> str:
+    """The banner's "tuning" line: which tuning table auto uses in this run
+    (``Communicator.tuning``) and, under ``--overlap``, from which size its overlap entries serve."""
     tuning = getattr(sw.comm, "tuning", None)
     if tuning is None:
         return "unknown"
     if not getattr(sw.comm, "overlap", False):
         return tuning.describe()
-    has = tuning.table.has_overlap(sw.world.size)
-    return tuning.describe() + ("; auto picks from its overlap entries (--overlap)" if has else
-                                "; it has no overlap entries: auto picks what is fastest alone")
+    table, size = tuning.table, sw.world.size
+    if not table.has_overlap(size):
+        return tuning.describe() + "; it has no overlap entries: auto picks what is fastest alone"
+    start = table.overlap_from.get(size)
+    below = f" from {format_size(start)} (below, what is fastest alone)" if start else ""
+    return tuning.describe() + f"; auto picks from its overlap entries (--overlap){below}"
 
 
 def _left_out_line(sw: Sweep) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..algorithms import auto_candidates
 from ..auto.machine import MachineKey
-from ..auto.table import Entries, TuningTable, from_timings, to_json
+from ..auto.table import Entries, TuningTable, from_timings, smallest_sizes, to_json
 from .sizes import format_size
 
 DTYPE, OP = "float32", "sum"
@@ -78,11 +78,15 @@ def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
     tables = dict(base.tables) if base else {}
     graph = dict(base.graph) if base else {}
     overlap = dict(base.overlap) if base else {}
+    overlap_from = dict(base.overlap_from) if base else {}
     tables[nranks] = built[nranks]
     for ladder, measured in ((graph, graphs), (overlap, overlaps)):
         ladder.pop(nranks, None)
         if nranks in measured:
             ladder[nranks] = measured[nranks]
+    overlap_from.pop(nranks, None)
+    if nranks in overlaps:  # below the smallest size measured beside a GEMM: as any call
+        overlap_from[nranks] = smallest_sizes(overlap_times)[nranks]
     meta = dict(base.meta) if base else {}
     meta.update(dtype=DTYPE, op=OP)
     meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
@@ -91,7 +95,7 @@ def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
     else:
         gpu, link = (key.gpu, key.link) if key is not None else (None, None)
     return TuningTable(tables, str(run.get("machine", "")), str(run.get("measured", "")), meta,
-                       graph, gpu, link, overlap)
+                       graph, gpu, link, overlap, overlap_from)
 
 
 def table_lines(entries: Entries) -> list[str]:
@@ -116,7 +120,9 @@ def ladder_lines(table: TuningTable, nranks: int) -> list[str]:
     else:
         lines.append("CUDA graph replays: as eager calls (no graph entries)")
     if nranks in table.overlap:
-        lines += ["beside a GEMM (overlap=True, smallest makespan):"]
+        start = table.overlap_from.get(nranks)
+        since = f", from {format_size(start)}; below it as eager calls" if start else ""
+        lines += [f"beside a GEMM (overlap=True, smallest makespan{since}):"]
         lines += [f"  {line}" for line in table_lines(table.overlap[nranks])]
     return lines
 
