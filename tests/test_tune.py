@@ -259,14 +259,25 @@ def test_the_overlap_ladder_keeps_the_smallest_makespan(tmp_path):
     path = tune.write_table(tmp_path / "t.json", table)
     assert load(path) == table
     assert ('   "graph": [[1024, "oneshot"], [null, "nccl"]],\n'
-            '   "overlap": [[1024, "nccl"], [null, "ring"]],\n'
-            '   "overlap_from": 1024\n  }') in path.read_text()
-    assert table.overlap_from == {4: 1024}  # the smallest size measured beside the GEMM
+            '   "overlap": [[1024, "nccl"], [null, "ring"]]\n  }') in path.read_text()
+    assert table.overlap_from == {}  # the sweep beside the GEMM began where the eager one did
     assert tunefile.ladder_lines(table, 4)[-3:] == [
-        "beside a GEMM (overlap=True, smallest makespan, from 1 KiB; below it as eager calls):",
-        "  up to 1 KiB        nccl", "  above 1 KiB        ring"]
+        "beside a GEMM (overlap=True, smallest makespan):", "  up to 1 KiB        nccl",
+        "  above 1 KiB        ring"]
     plain = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY)
     assert plain.overlap == {} and not any("GEMM" in line for line in tunefile.ladder_lines(plain, 4))
+
+
+def test_a_sweep_beside_a_gemm_that_began_above_the_eager_one_serves_from_its_smallest_size():
+    late = [t for t in tunefile.makespan_timings(OVERLAP_ROWS, 4) if t[1] >= 1 << 20]
+    table = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY, overlap_times=late)
+    assert table.overlap_from == {4: 1 << 20} and table.overlap[4] == ((None, "ring"),)
+    assert table.choose(4, 1024, overlap=True) == table.choose(4, 1024) == "oneshot"
+    assert table.choose(4, 1 << 20, overlap=True) == "ring"
+    assert tunefile.ladder_lines(table, 4)[-2:] == [
+        "beside a GEMM (overlap=True, smallest makespan, from 1 MiB; below it as eager calls):",
+        "  every size         ring"]
+    assert parse(json.loads(tune.table_json(table))) == table
 
 
 def test_merging_keeps_other_counts_overlap_entries_and_replaces_this_ones():
@@ -277,7 +288,7 @@ def test_merging_keeps_other_counts_overlap_entries_and_replaces_this_ones():
     merged = tune.make_table([(2, 1, "nccl", 1.0)], 2, RUN, base, key=KEY._replace(ranks=2),
                              overlap_times=two)
     assert merged.overlap == {4: base.overlap[4], 2: ((None, "ring"),)}
-    assert merged.overlap_from == {4: 1024, 2: 1 << 20}  # 2 ranks' makespans start at 1 MiB
+    assert merged.overlap_from == {2: 1 << 20}  # 2 ranks' makespans start at 1 MiB, above 1 B
     assert merged.choose(2, 1024, overlap=True) == merged.choose(2, 1024) == "nccl"  # below: eager
     again = tune.make_table(tune.timings(ROWS, 4), 4, RUN, merged, key=KEY)  # no --overlap now
     assert again.overlap == {2: ((None, "ring"),)}  # the 4-rank table is replaced, overlap too

@@ -319,10 +319,11 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
         named = [("eager", eager), ("graph", graph)]
         if nranks in overlap_sources:
             named.append(("overlap", (Source(overlap_sources[nranks]),)))
+        smallest: dict[str, int] = {}
         for kind, overlaid in named:
-            ladders[kind][nranks], kinds[kind], smallest = _ladder(root, overlaid, nranks, kind)
-            if kind == "overlap":
-                overlap_from[nranks] = smallest
+            ladders[kind][nranks], kinds[kind], smallest[kind] = _ladder(root, overlaid, nranks, kind)
+        if "overlap" in smallest and smallest["overlap"] > smallest["eager"]:
+            overlap_from[nranks] = smallest["overlap"]
         budgets = {kind: run["sm_budget"] for kind, run in kinds.items()}
         if len(set(budgets.values())) > 1:
             raise ValueError(f"{nranks} ranks: the results were measured under different SM "

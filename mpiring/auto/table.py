@@ -34,9 +34,10 @@ least the message size wins; ``null`` means "any size"; the last entry covers la
 with a limit. Algorithm names are rows of the algorithm table marked ``auto``
 (:func:`mpiring.algorithms.auto_candidates`); graph entries must be rows that can be captured,
 overlap entries may be any (the ring too); either needs eager entries for its rank count.
-``overlap_from`` (optional, with overlap entries) is the smallest size measured beside compute:
-below it nothing says what hides best, and an overlapped call picks as any other (a makespan
-run of 64 MiB to 1 GiB must not send an 8 KiB call to the ring).
+``overlap_from`` (optional, with overlap entries) is the smallest size measured beside compute,
+where that sweep began above the eager one: below it nothing says what hides best, and an
+overlapped call picks as any other (a makespan run of 64 MiB to 1 GiB must not send an 8 KiB
+call to the ring).
 """
 
 from __future__ import annotations

@@ -85,8 +85,10 @@ def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
         if nranks in measured:
             ladder[nranks] = measured[nranks]
     overlap_from.pop(nranks, None)
-    if nranks in overlaps:  # below the smallest size measured beside a GEMM: as any call
-        overlap_from[nranks] = smallest_sizes(overlap_times)[nranks]
+    if nranks in overlaps:  # a sweep beside a GEMM that began above the eager one: below, as any call
+        start = smallest_sizes(overlap_times)[nranks]
+        if start > smallest_sizes(times)[nranks]:
+            overlap_from[nranks] = start
     meta = dict(base.meta) if base else {}
     meta.update(dtype=DTYPE, op=OP)
     meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
