@@ -389,7 +389,8 @@ def test_the_docstrings_format_2_example_parses() -> None:
     start = doc.index('"tables": {"2"')
     text = "{" + doc[start:doc.index("}}}", start) + 3]
     t = tuning.parse({"format": 2, **json.loads(text)})
-    assert t.has_overlap(2) and t.choose(2, 1 << 30, overlap=True) == "ring"
+    assert t.has_overlap(2) and t.choose(2, 128 << 20, overlap=True) == "ring"
+    assert t.choose(2, 1024, overlap=True) == t.choose(2, 1024) == "nccl"  # below overlap_from
 
 
 @given(LADDERS, LADDERS.filter(lambda rows: all(a in CAPTURABLE for _, a in rows)), LADDERS,

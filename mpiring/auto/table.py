@@ -21,8 +21,8 @@ Format 2 (JSON), what the tuner writes::
      "runs": {"2": {...where, when and from what it was measured...}},
      "tables": {"2": {"eager": [[2048, "nccl"], [536870912, "twoshot"], [null, "ring"]],
                       "graph": [[1048576, "oneshot"], [null, "twoshot"]],
-                      "overlap": [[65536, "oneshot"], [null, "ring"]],
-                      "overlap_from": 1024}}}
+                      "overlap": [[268435456, "ring"], [null, "nccl"]],
+                      "overlap_from": 67108864}}}
 
 ``"gpu"`` or ``"link"`` left out (or null) means "any". Format 1, written before machine keys,
 still reads: a table for any GPU and link, eager entries only::
@@ -371,7 +371,7 @@ def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, Entr
 
 def smallest_sizes(times: Iterable[tuple[int, int, str, float]]) -> dict[int, int]:
     """Per rank count, the smallest size of the measurements ``(world_size, nbytes, algorithm,
-    seconds)``: what an overlap ladder built from them holds ``overlap_from``."""
+    seconds)``: an overlap ladder's ``overlap_from``, where its sweep began above the eager one."""
     smallest: dict[int, int] = {}
     for world, nbytes, _, _ in times:
         smallest[int(world)] = min(int(nbytes), smallest.get(int(world), int(nbytes)))
