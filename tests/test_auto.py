@@ -321,6 +321,12 @@ def test_overlap_entries_serve_from_the_smallest_size_they_measured() -> None:
     assert tuning.to_json(t)["tables"]["2"]["overlap_from"] == 64 << 20
 
 
+def test_overlap_starts_only_where_the_sweep_beside_compute_began_above_the_eager_one() -> None:
+    eager = [(2, 1024, "nccl", 1.0), (2, 1 << 20, "nccl", 1.0), (4, 1024, "nccl", 1.0)]
+    beside = [(2, 64 << 20, "ring", 1.0), (2, 1 << 30, "nccl", 1.0), (4, 1024, "ring", 1.0)]
+    assert tuning.overlap_starts(eager, beside) == {2: 64 << 20}  # 4 ranks: both from 1 KiB
+
+
 @pytest.mark.parametrize(("value", "message"), [
     (0, "must be a size in bytes of at least 1, got 0"),
     (-5, "must be a size in bytes of at least 1"),

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from mpiring import algorithms
 from mpiring.algorithms import auto_candidates
-from mpiring.auto.table import SHIPPED, Entries, TuningTable, from_timings, smallest_sizes
+from mpiring.auto.table import SHIPPED, Entries, TuningTable, from_timings, overlap_starts
 from mpiring.bench.results import Row, read_csv
 from mpiring.bench.sizes import format_size
 from mpiring.bench.tunefile import DTYPE, OP, makespan_timings, sizes_text, table_json, timings
@@ -256,9 +256,9 @@ def _check_timing(name: str, meta: dict[str, Any], kind: str) -> None:
 
 
 def _ladder(root: Path, sources: Overlay, nranks: int,
-            kind: str) -> tuple[Entries, dict[str, Any], int]:
+            kind: str) -> tuple[Entries, dict[str, Any], list[tuple[int, int, str, float]]]:
     """One ladder of the table from its sources' results CSVs, its ``runs`` entry, and the
-    smallest size it measured (an overlap ladder's ``overlap_from``)."""
+    timings it was built from."""
     loaded = []
     for source in sources:
         rows, meta = _rows(root, source.csv, nranks), _metadata(root, source.csv)
@@ -286,7 +286,7 @@ def _ladder(root: Path, sources: Overlay, nranks: int,
            "sm_budget": budgets[sources[0].csv],  # auto looks tables up by it
            "sources": [_source_run(root, source.csv, rows, meta, taken)
                        for source, rows, meta in loaded]}
-    return built[nranks], run, smallest_sizes(times)[nranks]
+    return built[nranks], run, times
 
 
 Sources = dict[int, tuple[Overlay, Overlay]]  # per rank count, its eager and graph ladders
@@ -319,11 +319,11 @@ def build(root: Path, sources: dict[int, tuple[Overlay, Overlay]] | None = None,
         named = [("eager", eager), ("graph", graph)]
         if nranks in overlap_sources:
             named.append(("overlap", (Source(overlap_sources[nranks]),)))
-        smallest: dict[str, int] = {}
+        times = {}
         for kind, overlaid in named:
-            ladders[kind][nranks], kinds[kind], smallest[kind] = _ladder(root, overlaid, nranks, kind)
-        if "overlap" in smallest and smallest["overlap"] > smallest["eager"]:
-            overlap_from[nranks] = smallest["overlap"]
+            ladders[kind][nranks], kinds[kind], times[kind] = _ladder(root, overlaid, nranks, kind)
+        if "overlap" in times:
+            overlap_from.update(overlap_starts(times["eager"], times["overlap"]))
         budgets = {kind: run["sm_budget"] for kind, run in kinds.items()}
         if len(set(budgets.values())) > 1:
             raise ValueError(f"{nranks} ranks: the results were measured under different SM "

@@ -369,13 +369,20 @@ def from_timings(times: Iterable[tuple[int, int, str, float]]) -> dict[int, Entr
     return tables
 
 
-def smallest_sizes(times: Iterable[tuple[int, int, str, float]]) -> dict[int, int]:
-    """Per rank count, the smallest size of the measurements ``(world_size, nbytes, algorithm,
-    seconds)``: an overlap ladder's ``overlap_from``, where its sweep began above the eager one."""
-    smallest: dict[int, int] = {}
-    for world, nbytes, _, _ in times:
-        smallest[int(world)] = min(int(nbytes), smallest.get(int(world), int(nbytes)))
-    return smallest
+def overlap_starts(times: Iterable[tuple[int, int, str, float]],
+                   overlap_times: Iterable[tuple[int, int, str, float]]) -> dict[int, int]:
+    """Per rank count, ``overlap_from`` of the overlap entries built from ``overlap_times``
+    (makespans) beside eager entries from ``times``: their smallest size, where it is above the
+    eager one's (below it nothing was measured beside compute); none where the sweeps began
+    alike."""
+    def smallest(measured: Iterable[tuple[int, int, str, float]]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for world, nbytes, _, _ in measured:
+            out[int(world)] = min(int(nbytes), out.get(int(world), int(nbytes)))
+        return out
+
+    eager, beside = smallest(times), smallest(overlap_times)
+    return {world: start for world, start in beside.items() if start > eager.get(world, 0)}
 
 
 def _merge(winners: Sequence[tuple[int, str]]) -> Entries:

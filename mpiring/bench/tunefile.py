@@ -15,7 +15,7 @@ from typing import Any
 
 from ..algorithms import auto_candidates
 from ..auto.machine import MachineKey
-from ..auto.table import Entries, TuningTable, from_timings, smallest_sizes, to_json
+from ..auto.table import Entries, TuningTable, from_timings, overlap_starts, to_json
 from .sizes import format_size
 
 DTYPE, OP = "float32", "sum"
@@ -86,9 +86,7 @@ def make_table(times: Sequence[Timing], nranks: int, run: dict[str, Any],
             ladder[nranks] = measured[nranks]
     overlap_from.pop(nranks, None)
     if nranks in overlaps:  # a sweep beside a GEMM that began above the eager one: below, as any call
-        start = smallest_sizes(overlap_times)[nranks]
-        if start > smallest_sizes(times)[nranks]:
-            overlap_from[nranks] = start
+        overlap_from.update(overlap_starts(times, overlap_times))
     meta = dict(base.meta) if base else {}
     meta.update(dtype=DTYPE, op=OP)
     meta["runs"] = {**(meta.get("runs") or {}), str(nranks): run}
