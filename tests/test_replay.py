@@ -1,7 +1,7 @@
 """mpiring.call.replay: the key of a call is its whole shape (every field that the full path decides
 on), calls of other argument types have none, keys read off arrays never equal the dispatcher's
 keys of described buffers (one cache holds both), and a call leaves a replay only when it needs
-nothing but its launch (and the check's post)."""
+nothing but its launch and its check (the post, or the host check)."""
 
 from __future__ import annotations
 
@@ -145,21 +145,54 @@ def test_only_calls_that_need_nothing_but_their_launch_are_kept(case, kept) -> N
 
 
 @pytest.mark.parametrize("row_name", ["oneshot", "twoshot", "oneshot-ll"])
-def test_the_check_is_posted_by_a_replay_or_keeps_it_from_being_kept(row_name) -> None:
+def test_a_replay_keeps_the_check_as_a_post_or_as_the_host_check(row_name) -> None:
     prepared, _ = _prepared(row_name=row_name)
-    # a host wait on every call: the full path
-    assert replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=True) is None
     posted = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=False)
-    assert posted is not None and posted.line is not None
+    assert posted is not None and posted.line is not None and posted.host_check is None
     assert posted.line.tolist() == AgreementCheck.line(prepared.values).tolist()
+    # the row checked on the host (GPU check off, several nodes): the replay waits as the full path
+    waits = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=True, hot=NeverCompiled())
+    assert waits is not None and waits.line is None and waits.host_check == prepared.values
+    assert waits.hot is None  # the compiled replay only posts: a host check runs in Python
     unchecked = replay_for(Collective.ALLREDUCE, prepared, checked=False, host_checked=False)
-    assert unchecked is not None and unchecked.line is None  # no check: one rank, or check=False
+    assert unchecked is not None and unchecked.line is None and unchecked.host_check is None
 
 
-def test_every_row_that_binds_is_a_one_launch_gpu_row() -> None:
-    """The table's bindable rows, as the README says: oneshot, twoshot, oneshot-ll."""
-    assert sorted(a.name for a in algorithms.rows() if a.bind is not None) == ["oneshot", "oneshot-ll",
-                                                                                "twoshot"]
+class NeverCompiled:
+    """A compiled path that must not be asked for a replay's compiled form."""
+
+    def bind(self, replay):
+        raise AssertionError("a host-checked replay was offered to the compiled path")
+
+
+@pytest.mark.parametrize("collective", [Collective.REDUCE_SCATTER, Collective.ALLGATHER])
+def test_only_allreduce_is_replayed(collective) -> None:
+    """``Algorithm.bind`` binds an allreduce: the nccl row, which also runs the other two
+    collectives, replays none of them."""
+    prepared, _ = _prepared(row_name="nccl")
+    prepared.run = prepared.row.runner(collective)
+    assert replay_for(collective, prepared, checked=False, host_checked=False) is None
+
+
+def test_the_nccl_rows_replay_is_its_allreduce_on_the_callers_stream() -> None:
+    runs = []
+    prepared, _ = _prepared(row_name="nccl")
+
+    def bind_allreduce(*args):
+        *fixed, stream = args
+        return lambda: runs.append((*fixed, stream().ptr))
+    prepared.backend.nccl_baselines = lambda: SimpleNamespace(bind_allreduce=bind_allreduce)
+    replay = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=True)
+    assert replay is not None and replay.host_check == prepared.values
+    replay.enqueue()
+    # in place (send None): ncclAllReduce(recv, recv, ...), on the ordered stream of the call
+    assert runs == [(0x2000, 0x2000, prepared.call.recv.count, "f4", "sum", 77)]
+
+
+def test_the_rows_that_bind_are_the_one_launch_rows() -> None:
+    """The table's bindable rows, as docs/design.md says: the one-launch kernels and NCCL."""
+    bound = sorted(a.name for a in algorithms.rows() if a.bind is not None)
+    assert bound == ["nccl", "oneshot", "oneshot-ll", "twoshot"]
 
 
 STRIDED, SPARSE = "torch.strided", "torch.sparse_coo"  # stand-ins for torch's layouts

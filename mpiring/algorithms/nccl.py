@@ -27,6 +27,16 @@ def _nccl(collective: Collective) -> Callable[[Backend, Call], None]:
     return run
 
 
+def bind_allreduce(backend: Backend, call: Call) -> Callable[[], None]:
+    """``ncclAllReduce`` of ``call`` with every argument fixed, on the caller's ordered stream
+    at each call: the eager fast path (:mod:`mpiring.call.replay`), which keeps the host check."""
+    gpu = cast("GpuBackend", backend)
+    recv = call.recv
+    send = recv.address if call.send is None else call.send.address
+    return gpu.nccl_baselines().bind_allreduce(send, recv.address, recv.count, recv.dtype, call.op,
+                                               gpu.ordered_stream)
+
+
 def run_ring(backend: Backend, call: Call) -> None:
     gpu = cast("GpuBackend", backend)
     nccl = gpu.nccl_baselines()
@@ -53,7 +63,7 @@ NCCL = Algorithm(
     summary="`ncclAllReduce`", best_for="baseline",
     graph_capturable=True, auto=True, baseline=True, scope=Scope.ANY,
     reduce_scatter=_nccl(Collective.REDUCE_SCATTER), allgather=_nccl(Collective.ALLGATHER),
-    averages=True, nccl=True, lazy=True,
+    averages=True, nccl=True, lazy=True, bind=bind_allreduce,
 )
 NCCL_RING = Algorithm(
     "nccl-ring", 3, GPU, run_ring,

@@ -57,6 +57,10 @@ class Replay(NamedTuple):
     capturing: Callable[[], bool] | None
     # The same replay compiled (mpiring.call.hot_replay.HotReplay), or None: the Python path.
     hot: Any = None
+    # Where the row checks on the host (no GPU-side check): the values the agreement check
+    # compares, and the replay waits for the peers' calls as the full path does (never compiled).
+    # None: the check posts ``line``, or there is no check.
+    host_check: dict[str, int] | None = None
 
 
 @dataclass(eq=False, slots=True)

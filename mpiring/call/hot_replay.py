@@ -225,7 +225,9 @@ class Replayer:
         if self.words.refusing[0] or (replay.capturing is not None and replay.capturing()):
             return False
         self.usable()
-        if replay.line is not None:  # the check's post (one node, the row checks on the GPU)
+        if replay.host_check is not None:  # the row checks on the host: wait for the peers' calls
+            self.check.host(False, replay.host_check)  # raises on every rank if they differ
+        elif replay.line is not None:  # the check's post (one node, the row checks on the GPU)
             self.check.post(replay.line)
         try:
             replay.enqueue()

@@ -18,7 +18,10 @@ Reference semantics, as plain code (``Communicator._collective``)::
     plan = dispatcher.planned(key)     # the plan of this shape, if kept (None: no key, or new)
     replay = plan and plan.replay      # None: take the full path, which may bind one
     # with a replay, the call does exactly what the full path would for the same arguments:
-    usable(); post(replay.line) if replay.line is not None else None; replay.enqueue(); check.after()
+    usable()
+    if replay.host_check is not None: check.host(False, replay.host_check)  # waits for the peers' calls
+    elif replay.line is not None: post(replay.line)                           # the GPU compares them
+    replay.enqueue(); check.after()
 
 Compiled: where the extension is built, a replay of one bound launch also has a ``hot`` form
 that does all of the above in one C call, handing anything rare back to this Python
@@ -28,8 +31,10 @@ CuPy arrays and CUDA torch tensors are keyed (their pointer, shape, strides and 
 cheap to read); every other argument type takes the full path. A torch tensor's call, replayed
 or not, runs on torch's current stream (:mod:`mpiring.cuda.streams`), which the communicator
 reads at every such call. A replay is never
-learned for a call that needs more than its launch: the host-side agreement check, ``avg``
-on a row that sums then divides, zero elements, or a call made while a graph is captured.
+learned for a call that needs more than its launch and its check: ``avg`` on a row that sums then
+divides, zero elements, or a call made while a graph is captured. A row checked on the host
+(``nccl``, whose NCCL kernels cannot check on the GPU) keeps that check in its replays: the
+wait for every rank's call, then the comparison, before the launch.
 Keys include the algorithm table's version (``algorithms.register``), so a new row retires
 every replay. Bounded with the plans that hold them (:data:`mpiring.call.dispatch.PLAN_ENTRIES`);
 no reference to the arrays is kept.
@@ -43,12 +48,12 @@ from typing import TYPE_CHECKING, Any
 from mpi4py import MPI
 
 from .. import algorithms
+from ..algorithms import Collective
 from ..core.ops import OPS, Op
 from .agreement import AgreementCheck
 from .dispatch import Key, Replay
 
 if TYPE_CHECKING:
-    from ..algorithms import Collective
     from .dispatch import Prepared
     from .hot_replay import HotPath
 
@@ -162,15 +167,19 @@ class CallKeys:
 def replay_for(collective: Collective, prepared: Prepared, checked: bool,
                host_checked: bool, hot: HotPath | None = None) -> Replay | None:
     """After ``prepared`` ran on the full path: its replay, if it needs nothing but its launch
-    and, where ``checked``, the check's post (not ``host_checked``: a host wait); else None.
-    With ``hot`` (the communicator's compiled path), the replay carries its compiled form where
-    it has one (:mod:`mpiring.call.hot_replay`)."""
+    and, where ``checked``, the agreement check (the post of a line packed once, or, where
+    ``host_checked``, the host check of the call's values, whose wait for the peers a replay
+    keeps); else None. ``Algorithm.bind`` binds an allreduce: other collectives are not
+    replayed. With ``hot`` (the communicator's compiled path), a replay that only posts
+    carries its compiled form where it has one (:mod:`mpiring.call.hot_replay`)."""
     row = prepared.row
-    if (host_checked or row.bind is None or prepared.run is not row.runner(collective)
+    if (row.bind is None or collective is not Collective.ALLREDUCE
+            or prepared.run is not row.runner(collective)
             or prepared.call.recv.count == 0 or prepared.backend.capturing()):
         return None
     backend = prepared.backend
-    line = AgreementCheck.line(prepared.values) if checked else None
+    line = AgreementCheck.line(prepared.values) if checked and not host_checked else None
     capturing = backend.capturing if prepared.ask_capture else None
-    replay = Replay(row.bind(backend, prepared.call), line, capturing)
-    return replay if hot is None else replay._replace(hot=hot.bind(replay))
+    replay = Replay(row.bind(backend, prepared.call), line, capturing,
+                    host_check=prepared.values if checked and host_checked else None)
+    return replay if hot is None or replay.host_check is not None else replay._replace(hot=hot.bind(replay))

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from mpi4py import MPI
 
@@ -70,6 +73,15 @@ class NcclBaselines:
     def allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op, stream) -> None:
         """``ncclAllReduce`` on raw pointers (``send == recv`` for in place)."""
         self.comm.allReduce(send, recv, count, self.dtypes[dtype.name], self.ops[op], stream.ptr)
+
+    def bind_allreduce(self, send: int, recv: int, count: int, dtype: np.dtype, op: Op,
+                       stream: Callable[[], Any]) -> Callable[[], None]:
+        """:meth:`allreduce` with every argument fixed but the stream, ``stream()`` at each call."""
+        all_reduce, nccl_dtype, nccl_op = self.comm.allReduce, self.dtypes[dtype.name], self.ops[op]
+
+        def enqueue() -> None:
+            all_reduce(send, recv, count, nccl_dtype, nccl_op, stream().ptr)
+        return enqueue
 
     def run(self, collective: Collective, send: Buffer | None, recv: Buffer, op: Op, stream) -> None:
         """One collective with MPI's buffer rules (``send`` None: ``MPI.IN_PLACE``)."""

@@ -1,6 +1,7 @@
-"""The eager fast path on the GPU (mpiring.call.replay): once a call of oneshot, twoshot or
-oneshot-ll has run, later calls of the same shape are replayed (one launch with pre-packed
-arguments, and the agreement check's post) instead of planned afresh. Thousands of replayed
+"""The eager fast path on the GPU (mpiring.call.replay): once a call of oneshot, twoshot,
+oneshot-ll or nccl has run, later calls of the same shape are replayed (one launch with pre-packed
+arguments, and the agreement check: the post for the kernels, the host check for nccl) instead
+of planned afresh. Thousands of replayed
 calls on changing data, with GPU stragglers, are exact on every element; a replay launches on
 the caller's current stream; a replay captured into a CUDA graph sees new data at every
 graph launch; a call of another shape takes the full path once. Every test runs twice: with
@@ -17,7 +18,7 @@ import random
 import cupy
 import numpy as np
 import pytest
-from gpu_helpers import WORLD, agree, fit, gpu_nap, poison, rank_input, reference
+from gpu_helpers import WORLD, agree, fit, gpu_nap, poison, rank_input, reference, runnable
 from mpi4py import MPI
 
 import mpiring
@@ -25,7 +26,7 @@ from mpiring.algorithms import Collective
 from mpiring.call import hot_replay
 
 RANK, SIZE = WORLD.rank, WORLD.size
-ROWS = ("oneshot-ll", "oneshot", "twoshot")
+ROWS = runnable(("oneshot-ll", "oneshot", "twoshot", "nccl"))  # nccl: not where ranks share a GPU
 pytestmark = pytest.mark.mpi
 BUILT = hot_replay.compiled() is not None  # the same answer on every rank (one checkout)
 
@@ -202,10 +203,10 @@ def test_other_shapes_ops_and_arrays_take_the_full_path_once():
 @pytest.mark.skipif(SIZE < 2, reason="one rank has no one to check against")
 @pytest.mark.parametrize("algo", ROWS)
 def test_setting_check_rebinds_the_replays(algo):
-    """A replay carries the agreement check's post as it was bound. Setting ``check`` drops
-    the kept plans: after on -> off the calls are replayed without the post (the check's count
-    stays), after off -> on every call, replayed or not, posts again; one full-path call per
-    change, every result exact."""
+    """A replay carries the agreement check (the post, or nccl's host check) as it was bound.
+    Setting ``check`` drops the kept plans: after on -> off the calls are replayed without it
+    (the check's count stays), after off -> on every call, replayed or not, is checked again;
+    one full-path call per change, every result exact."""
     a = cupy.empty(fit(algo, 3000, cupy.float32), dtype=cupy.float32)
     with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
         def calls() -> tuple[int, int, int]:
@@ -285,3 +286,36 @@ def test_torch_tensors_are_replayed_on_torchs_current_stream(algo):
         replays = c.replays_kept
     agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
     agree(len(full) == 1 and replays == 1, f"{len(full)} calls took the full path, {replays} replays kept")
+
+
+@pytest.mark.skipif(SIZE < 2, reason="one rank has no one to disagree with")
+@pytest.mark.skipif("nccl" not in ROWS, reason="NCCL refuses ranks that share a GPU")
+def test_a_mismatch_on_a_replayed_nccl_shape_raises_on_every_rank():
+    """nccl's replays keep the host check: after replays of one shape, the last rank passes half
+    the count (a new shape: its full path) while its peers replay; every rank raises before
+    NCCL is called (nothing hangs, the buffers are untouched), and the next matching call is
+    replayed and exact."""
+    a = cupy.empty(8192, dtype=cupy.float32)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm="nccl") as c:
+        for call in range(3):
+            a.fill(call)
+            c.Allreduce(MPI.IN_PLACE, a)
+        before = c.stats()
+        mine = a[:4096] if RANK == SIZE - 1 else a
+        a.fill(7)
+        try:
+            c.Allreduce(MPI.IN_PLACE, mine)
+            raised = "no error"
+        except mpiring.RankMismatchError as err:
+            raised = "" if "count (this rank" in str(err) else f"an error without the count: {err}"
+        c.synchronize()
+        agree(not raised and bool((a == 7).all()), raised or f"the buffer changed: {a[:3]}")
+        a.fill(1)
+        c.Allreduce(MPI.IN_PLACE, a)
+        c.synchronize()
+        after = c.stats()
+        replayed = after.replayed - before.replayed
+        agree(bool((a == SIZE).all()), f"after the mismatch: {a[:3]} != {SIZE}")
+        # Counted as replayed: the matching call only (a replay stopped by its check launches
+        # nothing and is not counted; the culprit's mismatched call took the full path).
+        agree(replayed == 1, f"{replayed} calls replayed, expected 1")

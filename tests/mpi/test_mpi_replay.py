@@ -2,7 +2,8 @@
 with a ``bind`` entry, and host arrays dressed as CuPy ones so that calls have a key. Calls of
 a shape seen before are replayed (not planned afresh), over thousands of calls on changing
 data with stragglers, every element checked; other shapes, ops and algorithms take the full
-path; what keeps a call from being replayed (the host check) does."""
+path; a row checked on the host keeps that check in its replays (every call waits for and compares
+the peers' calls, and a mismatch raises on every rank, replayed or not)."""
 
 from __future__ import annotations
 
@@ -125,19 +126,78 @@ def test_a_new_shape_op_or_algorithm_takes_the_full_path_once() -> None:
 
 
 @pytest.mark.mpi
-def test_the_host_check_keeps_calls_from_being_replayed() -> None:
-    """With the check on and several ranks, the toy row checks on the host: a wait for the
-    peers at every call, which a replay never skips. On one rank there is no one to check."""
-    x = np.ones(16)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+def test_replayed_calls_keep_the_host_check_over_thousands_of_calls_with_stragglers(in_place) -> None:
+    """The toy row checks on the host (no GPU-side check): its replays still enter the check at
+    every call (the peers' calls awaited and compared before the launch), on changing data with
+    stragglers, every element checked."""
+    calls, count = 1000, 517
+    rng = np.random.default_rng([11, world.rank])
+    x, out = np.empty(count), np.empty(count)
+    kx, kout = Keyed(x), Keyed(out)
+    problems = []
     with keyed_comm(check=True) as comm:
         REPLAYED.clear()
-        for _ in range(5):
-            x[:] = 1.0
-            comm.Allreduce(MPI.IN_PLACE, Keyed(x), algorithm=ROW.name)
-        problems = [] if np.all(x == world.size) else [f"result {x[:4]}"]
-        want = 4 if world.size == 1 else 0
-        if len(REPLAYED) != want:
-            problems.append(f"{len(REPLAYED)} replayed calls, expected {want}")
+        before = comm.stats()
+        for call in range(calls):
+            x[:] = value(world.rank, call, count)
+            out[:] = np.nan  # poison
+            if rng.random() < 0.01:  # a straggler: the peers' checks wait for it
+                time.sleep(0.002)
+            if in_place:
+                out[:] = x
+                comm.Allreduce(MPI.IN_PLACE, kout, algorithm=ROW.name)
+            else:
+                comm.Allreduce(kx, kout, algorithm=ROW.name)
+            want = expected(call, count)
+            if not np.array_equal(out, want):
+                problems.append(f"call {call}: {int(np.sum(out != want))} wrong elements")
+        after = comm.stats()
+        checked = after.checked - before.checked
+        want_checked = 0 if world.size == 1 else calls  # one rank: no one to disagree with
+        got = (len(REPLAYED), after.replayed - before.replayed, checked)
+        if got != (calls - 1, calls - 1, want_checked):
+            problems.append(f"(replays ran, replayed, checked) = {got}, expected "
+                            f"{(calls - 1, calls - 1, want_checked)}")
+    all_ok(problems)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("culprit", ["count", "op"])
+def test_a_mismatch_on_a_replayed_shape_raises_on_every_rank_and_the_communicator_goes_on(culprit) -> None:
+    """After replays of one shape, the last rank calls another count (or op): it takes the full
+    path, its peers replay, and every rank raises RankMismatchError from the host check before
+    anything runs; the inputs are untouched and the next matching call is replayed and exact."""
+    if world.size == 1:
+        pytest.skip("one rank has no one to disagree with")
+    count = 64
+    a = np.empty(2 * count)
+    culprit_rank = world.size - 1
+    problems = []
+    with keyed_comm(check=True) as comm:
+        for _ in range(3):
+            a[:count] = 1.0
+            comm.Allreduce(MPI.IN_PLACE, Keyed(a[:count]), algorithm=ROW.name)
+        REPLAYED.clear()
+        mine = count + 1 if culprit == "count" and world.rank == culprit_rank else count
+        op = MPI.MAX if culprit == "op" and world.rank == culprit_rank else MPI.SUM
+        a[:] = 7.0
+        try:
+            comm.Allreduce(MPI.IN_PLACE, Keyed(a[:mine]), op=op, algorithm=ROW.name)
+            problems.append("no error")
+        except mpiring.RankMismatchError as err:
+            if f"{culprit} (this rank" not in str(err):
+                problems.append(f"the error does not name the {culprit}: {err}")
+        if not np.all(a == 7.0):
+            problems.append("a mismatched call changed its buffer")
+        a[:count] = 1.0
+        comm.Allreduce(MPI.IN_PLACE, Keyed(a[:count]), algorithm=ROW.name)
+        if not np.all(a[:count] == world.size):
+            problems.append(f"after the mismatch: {a[:4]}")
+        # Only the matching call's launch ran as a replay: the peers' replays of the mismatched
+        # call stopped at the check, the culprit's call took the full path.
+        if len(REPLAYED) != 1:
+            problems.append(f"{len(REPLAYED)} replayed launches, expected 1")
     all_ok(problems)
 
 
@@ -145,11 +205,10 @@ def test_the_host_check_keeps_calls_from_being_replayed() -> None:
 @pytest.mark.parametrize("first", [False, True], ids=["off-then-on", "on-then-off"])
 def test_setting_check_drops_replays_bound_under_the_other_setting(first) -> None:
     """A replay carries the check as it was bound. Setting ``check`` drops the kept plans: after
-    off -> on, the next call is planned afresh and checked (on several ranks the toy row checks
-    on the host, so it is never replayed again); after on -> off, calls replay without it.
-    The toy row checks on the host, which no replay does, so on several ranks only off -> on
-    has a replay to drop (on one rank, where nothing is checked, both do); the GPU-checked
-    rows' replays, which carry the post, are tests/gpu/test_gpu_replay.py's."""
+    off -> on, the next call is planned afresh and checked, and the later ones replay with the
+    check (the toy row checks on the host, as its replays do); after on -> off, calls replay
+    without it. The GPU-checked rows' replays, which carry the post, are
+    tests/gpu/test_gpu_replay.py's."""
     x = np.ones(16)
     several = world.size > 1
     with keyed_comm(check=first) as comm:
@@ -169,7 +228,7 @@ def test_setting_check_drops_replays_bound_under_the_other_setting(first) -> Non
         checked_now = not first and several  # on several ranks, with the check on: every call
         planned, replayed, checked = (after.planned - before.planned, after.replayed - before.replayed,
                                       after.checked - before.checked)
-        want = (3, 0, 3) if checked_now else (1, 2, 0)
+        want = (1, 2, 3) if checked_now else (1, 2, 0)
         if (planned, replayed, checked) != want:
             problems.append(f"(planned, replayed, checked) = {(planned, replayed, checked)}, "
                             f"expected {want}")
