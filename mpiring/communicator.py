@@ -282,8 +282,8 @@ class Communicator:
     def check(self) -> bool:
         """Whether calls run the agreement check (``check=``; its mode, ``check_mode``, stays).
         Settable, to the same value on every rank, between calls. A change drops the kept plans
-        of call shapes: a replay carries the check's post, or none, as it was bound
-        (:mod:`mpiring.call.replay`), so a replay bound with the check off would skip it."""
+        of call shapes: a replay carries the check (its post, or the host check), or none, as it
+        was bound (:mod:`mpiring.call.replay`), so a replay bound with the check off would skip it."""
         return self._check
 
     @check.setter
@@ -551,7 +551,11 @@ class Communicator:
     def close(self) -> None:
         """Collective: wait for outstanding work, release staging memory and handles. Bounded
         by the timeout. After a failure it does not wait for peers (they may be gone): the host
-        shared memory is then left to MPI_Finalize."""
+        shared memory is then left to MPI_Finalize.
+
+        Destroy every CUDA graph that captured a call of the ``nccl`` row (or ``auto`` where it
+        picked it) first: closing destroys the NCCL communicator, and ``ncclCommDestroy``
+        waits, unbounded, until no graph holds it."""
         if self._closed:
             return
         if not self._lock.acquire(False):

@@ -31,7 +31,7 @@ from mpiring.node.signals import CALLS, SharedBoard
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m tools.board_wait")
+    p = argparse.ArgumentParser(prog="python -m tools.board_wait", description=__doc__.split("\n\n")[0])
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=7)
     args = p.parse_args()
