@@ -73,19 +73,23 @@ def value(rank: int, call: int, count: int) -> np.ndarray:
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("check", [False, True], ids=["check-off", "host-check"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
-def test_thousands_of_replayed_calls_on_changing_data_are_exact(in_place) -> None:
+def test_thousands_of_replayed_calls_on_changing_data_are_exact(in_place, check) -> None:
+    """Every call after the first is replayed, on changing data with stragglers, every element
+    checked. The toy row checks on the host (no GPU-side check): with the check on, its replays
+    still enter the check at every call (the peers' calls awaited and compared before the launch)."""
     calls, count = 2000, 1031
     rng = np.random.default_rng([7, world.rank])
     x, out = np.empty(count), np.empty(count)
     kx, kout = Keyed(x), Keyed(out)
     problems = []
-    with keyed_comm(check=False) as comm:
+    with keyed_comm(check=check) as comm:
         REPLAYED.clear()
         for call in range(calls):
             x[:] = value(world.rank, call, count)
             out[:] = np.nan  # poison
-            if rng.random() < 0.01:  # a straggler
+            if rng.random() < 0.01:  # a straggler: with the check on, the peers' checks wait for it
                 time.sleep(0.002)
             if in_place:
                 out[:] = x
@@ -102,6 +106,9 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(in_place) -> Non
             problems.append("a host communicator says its replays run compiled")
         if (stats.planned, stats.replayed) != (1, calls - 1):
             problems.append(f"comm.stats() counts {stats.planned} planned, {stats.replayed} replayed")
+        want_checked = calls if check and world.size > 1 else 0  # one rank: no one to disagree with
+        if stats.checked != want_checked:
+            problems.append(f"comm.stats() counts {stats.checked} checked, expected {want_checked}")
     all_ok(problems)
 
 
@@ -122,43 +129,6 @@ def test_a_new_shape_op_or_algorithm_takes_the_full_path_once() -> None:
                 problems.append(f"{kwargs}: {buf[:4]} != {want}")
         if len(REPLAYED) != 3:  # the second call of each of the three toy shapes
             problems.append(f"{len(REPLAYED)} replayed calls, expected 3")
-    all_ok(problems)
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
-def test_replayed_calls_keep_the_host_check_over_thousands_of_calls_with_stragglers(in_place) -> None:
-    """The toy row checks on the host (no GPU-side check): its replays still enter the check at
-    every call (the peers' calls awaited and compared before the launch), on changing data with
-    stragglers, every element checked."""
-    calls, count = 1000, 517
-    rng = np.random.default_rng([11, world.rank])
-    x, out = np.empty(count), np.empty(count)
-    kx, kout = Keyed(x), Keyed(out)
-    problems = []
-    with keyed_comm(check=True) as comm:
-        REPLAYED.clear()
-        before = comm.stats()
-        for call in range(calls):
-            x[:] = value(world.rank, call, count)
-            out[:] = np.nan  # poison
-            if rng.random() < 0.01:  # a straggler: the peers' checks wait for it
-                time.sleep(0.002)
-            if in_place:
-                out[:] = x
-                comm.Allreduce(MPI.IN_PLACE, kout, algorithm=ROW.name)
-            else:
-                comm.Allreduce(kx, kout, algorithm=ROW.name)
-            want = expected(call, count)
-            if not np.array_equal(out, want):
-                problems.append(f"call {call}: {int(np.sum(out != want))} wrong elements")
-        after = comm.stats()
-        checked = after.checked - before.checked
-        want_checked = 0 if world.size == 1 else calls  # one rank: no one to disagree with
-        got = (len(REPLAYED), after.replayed - before.replayed, checked)
-        if got != (calls - 1, calls - 1, want_checked):
-            problems.append(f"(replays ran, replayed, checked) = {got}, expected "
-                            f"{(calls - 1, calls - 1, want_checked)}")
     all_ok(problems)
 
 
