@@ -25,12 +25,11 @@ def test_regions_are_aligned_disjoint_and_inside_the_allocation(slot, one, two, 
         assert start % KB64 == 0
     assert regions[-1][0] + regions[-1][1] == lay.used_bytes <= lay.alloc_bytes
     assert lay.alloc_bytes % ALLOC_ALIGN == 0 and lay.alloc_bytes - lay.used_bytes < ALLOC_ALIGN
-    # every flag and counter word sits inside control, none shared
+    # every flag word sits inside control, none shared
     words = {lay.ring_full(k) for k in range(2)} | {lay.ring_free(k) for k in range(2)}
     words |= {lay.direct_flag(s, b) for s in range(MAX_RANKS) for b in range(blocks)}
-    words |= {lay.direct_counters + WORD * b for b in range(blocks)}
     words.add(lay.abort)
-    assert len(words) == 4 + MAX_RANKS * blocks + blocks + 1
+    assert len(words) == 4 + MAX_RANKS * blocks + 1
     assert all(w % WORD == 0 and w + WORD <= lay.direct_table for w in words)
     assert lay.direct_table % 256 == 0 and lay.direct_table + lay.TABLE_BYTES <= lay.ll_state
     # oneshot-ll: its two state words and every header line in control, after the table
@@ -84,14 +83,14 @@ def test_default_layout_size_is_what_the_readme_states() -> None:
 
 
 @given(st.integers(1, 512))
-def test_release_ranges_cover_every_polled_flag_and_spare_abort_and_counters(blocks) -> None:
+def test_release_ranges_cover_every_polled_flag_and_spare_abort(blocks) -> None:
     lay = StagingLayout(KB64, KB64, KB64, blocks)
     covered = lambda w: any(a <= w and w + WORD <= a + n for a, n in lay.release_ranges())  # noqa: E731
     polled = [lay.ring_full(k) for k in range(2)] + [lay.ring_free(k) for k in range(2)]
     polled += [lay.direct_flag(s, b) for s in range(MAX_RANKS) for b in range(blocks)]
     assert all(covered(w) for w in polled)
     assert not covered(lay.abort)
-    assert not any(covered(lay.direct_counters + WORD * b) for b in range(blocks))
+    assert not any(covered(w) for w in range(lay.direct_table, lay.direct_table + lay.TABLE_BYTES, WORD))
 
 
 def test_an_sm_budget_caps_the_direct_grid() -> None:

@@ -92,14 +92,14 @@ def test_healthy_is_none(fields: dict[str, int], as_array: bool) -> None:
                          [(0, 1, 17, 0, 0.5), (3, 0, 2**40 + 3, 131, 300.0), (5, 7, 1, 2, 2.25)])
 def test_oneshot_timeout(rank: int, peer: int, seq: int, block: int, timeout: float) -> None:
     """A oneshot barrier that timed out: a MpiringTimeoutError naming this rank, the timeout, the peer
-    it waited for, the barrier's seq and the reporting block; the communicator refuses further use."""
+    it waited for, the call number and the reporting block; the communicator refuses further use."""
     err = status_error(words(TIMED_OUT, kind=2, peer=peer, seq=seq, block=block), rank, timeout)
     assert type(err) is MpiringTimeoutError
     assert (err.rank, err.timeout, err.peer, err.seq, err.algorithm, err.step) == (
         rank, timeout, peer, seq, "oneshot", "the barrier after the push")
     assert str(err) == (
         f"rank {rank} timed out after {timeout:g} s in the oneshot algorithm, the barrier after the "
-        f"push (barrier seq {seq}, block {block}), waiting for rank {peer} to reach the same barrier; "
+        f"push (call {seq}, block {block}), waiting for rank {peer} to reach the same barrier; "
         f"{ABORT_HINT}")
 
 
@@ -121,7 +121,7 @@ def test_twoshot_timeout_names_the_barrier(step: int, text: str) -> None:
     assert (err.rank, err.peer, err.seq, err.algorithm, err.step) == (1, 2, 44, "twoshot", text)
     message = str(err)
     assert message.startswith(f"rank 1 timed out after 3 s in the twoshot algorithm, {text} "
-                              "(barrier seq 44, block 7), waiting for rank 2 to reach the same barrier")
+                              "(call 44, block 7), waiting for rank 2 to reach the same barrier")
     assert message.endswith(ABORT_HINT)
 
 

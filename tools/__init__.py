@@ -10,13 +10,14 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.targets [CSV ...]   # issue 28's small-message targets, per results CSV
     python -m tools.soak_faults [...]   # the fault tests 20 times in a row beside 2 other MPI jobs
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
+    python -m tools.barrier_cost [...]  # one barrier of the direct kernels, by its parts (fence, flag)
     python -m tools.build_hotpath       # compile the C extensions (eager replay, stream programs)
     python -m tools.replay_bench [...]  # ns per replayed call, compiled and Python, no GPU
     python -m tools.streamprog_bench [...]  # µs per ce-twoshot round, compiled and Python, no GPU
     python -m tools.thin_fatbin [...]   # a CUDA library cut to one GPU's code (NCCL to carry)
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
-``enqueue``, ``starve`` and ``ce_patterns`` launch.) They use mpiring's public modules and the
-benchmark's (``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in
+``enqueue``, ``starve``, ``ce_patterns`` and ``barrier_cost`` launch.) They use mpiring's public
+modules and the benchmark's (``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in
 ``tests/tools``.
 """

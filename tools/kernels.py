@@ -1,6 +1,7 @@
 """The CUDA sources of the tools' own measuring kernels (``tools/csrc/``): the gate and the empty
 kernel of :mod:`tools.enqueue` (the gate also holds :mod:`tools.ce_patterns`' copies), the
-folds of :mod:`tools.starve` and the rank-ordered fold of :mod:`tools.ce_patterns`. Pure: the modules that
+folds of :mod:`tools.starve`, the rank-ordered fold of :mod:`tools.ce_patterns` and the barriers
+of :mod:`tools.barrier_cost`. Pure: the modules that
 launch them compile them (CuPy, or NVRTC for a context-independent library), and
 ``tests/tools/test_tools_kernels.py`` compiles every file in CI with every kernel named here, so
 a typo fails there and not on the GPU machine. (The library's kernels: ``mpiring/cuda/csrc``.)
@@ -13,7 +14,8 @@ from pathlib import Path
 CSRC = Path(__file__).with_name("csrc")
 
 # Each compilation unit and the extern "C" kernels its launcher looks up by name.
-KERNELS: dict[str, tuple[str, ...]] = {"ce_patterns.cu": ("fold_ranked",),
+KERNELS: dict[str, tuple[str, ...]] = {"barrier_cost.cu": ("barriers",),
+                                       "ce_patterns.cu": ("fold_ranked",),
                                        "enqueue.cu": ("empty", "gate"),
                                        "starve.cu": ("fold", "fold_chunks")}
 

@@ -32,7 +32,6 @@ CONTROL = np.dtype([
     ("twoshot_in", "<u8", (MAXR,)),  # rank r's two-shot input staging
     ("twoshot_out", "<u8", (MAXR,)),  # rank r's two-shot output staging
     ("aborts", "<u8", (MAXR,)),  # rank r's abort word
-    ("counters", "<u8"),  # this rank's per-block barrier counters
     ("status", "<u8"),  # this rank's host status block
     ("twoshot_bytes", "<i8"),  # bytes per two-shot staging half
     ("timeout_ns", "<i8"),  # how long a barrier may wait for a peer

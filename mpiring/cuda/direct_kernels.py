@@ -28,7 +28,7 @@ usable. A rank whose call cannot run on the GPU this time launches a *notice* in
 The kernels find every rank's regions through one table (``struct Ctl`` of
 ``csrc/contract.cuh``, mirrored by :data:`mpiring.cuda.contract.CONTROL`) that
 :class:`DirectKernels` writes into this rank's staging once. Kernels of one communicator must
-never run concurrently (the caller orders them on one stream): counters and flags serve one
+never run concurrently (the caller orders them on one stream): flags and lines serve one
 kernel at a time.
 """
 
@@ -152,7 +152,6 @@ class DirectKernels:
             ctl["ll_headers"][r] = staging.addr(r, layout.ll_header(0, 0))
         ctl["ll_state"] = staging.addr(staging.rank, layout.ll_state)
         ctl["ll_row_bytes"] = layout.ll_row_bytes
-        ctl["counters"] = staging.addr(staging.rank, layout.direct_counters)
         ctl["status"] = status
         ctl["twoshot_bytes"] = layout.twoshot_bytes
         ctl["timeout_ns"] = min(int(timeout * 1e9), 1 << 62)

@@ -6,13 +6,12 @@ Every rank exports a single ``cudaMalloc`` allocation; peers map it once at set-
       | oneshot-ll slot 0 | oneshot-ll slot 1 ]
 
 Control holds sequence-number flags (64-bit words, each written by exactly one peer, waited
-on only by the owner) and the per-block counters of the direct kernels:
+on only by the owner) and the direct kernels' local state:
 
 * ``ring_full[k]``: written by the previous rank after it copied into ring slot k;
 * ``ring_free[k]``: written by the next rank after it folded the slot k it received from us;
 * ``direct_flags[src][block]``: written by rank ``src``'s block ``block`` at each barrier of
-  the one-shot / two-shot kernels;
-* ``direct_counters[block]``: barriers passed so far by this rank's block (local only);
+  the one-shot / two-shot kernels (the value names the call and the barrier: ``csrc/direct.cu``);
 * ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
 * ``ll_state``: the GPU-checked calls' count and finished-block count (local only);
 * ``ll_headers[slot][src][2]``: two 16-byte lines written by rank ``src`` at each GPU-checked
@@ -82,7 +81,7 @@ class StagingLayout:
     def release_ranges(self) -> list[tuple[int, int]]:
         """(offset, bytes) of every flag a wait of this rank polls: what an abort overwrites
         with a value no wait can exceed, to release waits that a dead peer will never satisfy."""
-        return [(0, self.RING_FLAGS_END), (self.direct_flags, self.direct_counters - self.direct_flags)]
+        return [(0, self.RING_FLAGS_END), (self.direct_flags, WORD * MAX_RANKS * self.blocks)]
 
     @property
     def direct_flags(self) -> int:
@@ -91,15 +90,11 @@ class StagingLayout:
     def direct_flag(self, src: int, block: int) -> int:
         return self.direct_flags + WORD * (src * self.blocks + block)
 
-    @property
-    def direct_counters(self) -> int:
-        return _align(self.direct_flags + WORD * MAX_RANKS * self.blocks, 256)
-
     TABLE_BYTES = 1024  # the direct kernels' table of addresses (written once at set-up)
 
     @property
     def direct_table(self) -> int:
-        return _align(self.direct_counters + WORD * self.blocks, 256)
+        return _align(self.direct_flags + WORD * MAX_RANKS * self.blocks, 256)
 
     @property
     def ll_state(self) -> int:

@@ -66,8 +66,9 @@ def status_error(words: Sequence[int], rank: int, timeout: float) -> MpiringErro
             "communicator refuses further use"
         )
     step = _step(algorithm, int(words[STEP]))
-    by_call = int(words[STEP]) == AGREE_STEP or algorithm in ("oneshot-ll", "notice")  # SEQ: a call number
-    number, what = ("call", "call") if by_call else ("barrier seq", "barrier")
+    # SEQ: the GPU call number for the direct kernels (csrc/direct.cu, agree.cuh); the ring's barrier seq
+    number = "call" if algorithm in ("oneshot", "twoshot", "oneshot-ll", "notice") else "barrier seq"
+    what = "call" if int(words[STEP]) == AGREE_STEP or algorithm in ("oneshot-ll", "notice") else "barrier"
     where = f"in the {algorithm} algorithm, {step} ({number} {seq}, block {int(words[BLOCK])})"
     err = MpiringTimeoutError(rank, timeout, f"rank {peer} to reach the same {what}", peer=peer,
                               hint=ABORT_HINT)

@@ -15,15 +15,16 @@
 //     of payload each: the LL format, see oneshot_ll.cu), into header slot c % 2, row `me`, of
 //     every peer (see post_descriptor);
 //  2. every block waits for every peer's two lines and compares them with its own descriptor,
-//     before it writes any output or any barrier flag. Equal everywhere: the call proceeds.
+//     before it writes any output or waits at any barrier. Equal everywhere: the call proceeds.
 //     Otherwise every rank finds a difference (if rank r saw only equals, all are equal), so
 //     every rank's kernel skips the call: block 0 reports the first differing peer in the host
 //     status block (ST_MM_*: the host raises it), every block clears the oneshot-ll lines that
 //     oneshot-ll peers pushed into this rank's slot (it knows how many from their headers), and
-//     the kernel finishes. Nothing else changed: no barrier flag was written and no per-block
-//     counter moved on any rank, and data pushed into the one-shot and two-shot staging is
-//     simply overwritten by the next call (it is never read without a barrier). So the next
-//     call starts from the same state on every rank: the communicator stays usable.
+//     the kernel finishes. Nothing else changed: a one-shot or two-shot kernel's first barrier
+//     flag (stored before the check) names this call, which no later barrier waits for (their
+//     values name later calls: direct.cu), and data pushed into the one-shot and two-shot
+//     staging is simply overwritten by the next call (it is never read without a barrier). So
+//     the next call starts from the same state on every rank: the communicator stays usable.
 //  3. finish: the last block to finish clears the header lines it read and advances the count.
 //
 // Reuse without barriers. Rank p stores into header slot s of rank q at call c + 2 only after

@@ -22,7 +22,6 @@ struct Ctl {                      // written once at set-up; see DirectKernels._
   u64 twoshot_in[MAXR];           // rank r's two-shot input staging
   u64 twoshot_out[MAXR];          // rank r's two-shot output staging
   u64 aborts[MAXR];               // rank r's abort word
-  u64 counters;                   // this rank's per-block barrier counters
   u64 status;                     // this rank's host status block (see status.cuh)
   long long twoshot_bytes;        // bytes per two-shot staging half
   long long timeout_ns;           // how long a barrier may wait for a peer
@@ -33,7 +32,7 @@ struct Ctl {                      // written once at set-up; see DirectKernels._
   long long ll_row_bytes;         // bytes of one source rank's row in a oneshot-ll slot
 };
 
-static_assert(sizeof(Ctl) == 640, "Ctl size: update mpiring/cuda/contract.py CONTROL too");
+static_assert(sizeof(Ctl) == 632, "Ctl size: update mpiring/cuda/contract.py CONTROL too");
 
 // Every field's offset. NVRTC has no <cstddef>, and offsetof needs __builtin_offsetof, which
 // NVRTC 13.5 has but 13.0 lacks: an NVRTC without it (at run time, under CuPy) skips these.
@@ -53,18 +52,17 @@ static_assert(offsetof(Ctl, oneshot) == 64, "Ctl layout");
 static_assert(offsetof(Ctl, twoshot_in) == 192, "Ctl layout");
 static_assert(offsetof(Ctl, twoshot_out) == 256, "Ctl layout");
 static_assert(offsetof(Ctl, aborts) == 320, "Ctl layout");
-static_assert(offsetof(Ctl, counters) == 384, "Ctl layout");
-static_assert(offsetof(Ctl, status) == 392, "Ctl layout");
-static_assert(offsetof(Ctl, twoshot_bytes) == 400, "Ctl layout");
-static_assert(offsetof(Ctl, timeout_ns) == 408, "Ctl layout");
-static_assert(offsetof(Ctl, rank) == 416, "Ctl layout");
-static_assert(offsetof(Ctl, size) == 420, "Ctl layout");
-static_assert(offsetof(Ctl, blocks) == 424, "Ctl layout");
-static_assert(offsetof(Ctl, pad) == 428, "Ctl layout");
-static_assert(offsetof(Ctl, ll) == 432, "Ctl layout");
-static_assert(offsetof(Ctl, ll_headers) == 560, "Ctl layout");
-static_assert(offsetof(Ctl, ll_state) == 624, "Ctl layout");
-static_assert(offsetof(Ctl, ll_row_bytes) == 632, "Ctl layout");
+static_assert(offsetof(Ctl, status) == 384, "Ctl layout");
+static_assert(offsetof(Ctl, twoshot_bytes) == 392, "Ctl layout");
+static_assert(offsetof(Ctl, timeout_ns) == 400, "Ctl layout");
+static_assert(offsetof(Ctl, rank) == 408, "Ctl layout");
+static_assert(offsetof(Ctl, size) == 412, "Ctl layout");
+static_assert(offsetof(Ctl, blocks) == 416, "Ctl layout");
+static_assert(offsetof(Ctl, pad) == 420, "Ctl layout");
+static_assert(offsetof(Ctl, ll) == 424, "Ctl layout");
+static_assert(offsetof(Ctl, ll_headers) == 552, "Ctl layout");
+static_assert(offsetof(Ctl, ll_state) == 616, "Ctl layout");
+static_assert(offsetof(Ctl, ll_row_bytes) == 624, "Ctl layout");
 #endif  // MPIRING_CHECK_OFFSETS
 
 #endif  // MPIRING_CONTRACT_CUH

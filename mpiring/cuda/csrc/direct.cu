@@ -4,13 +4,22 @@
 // full round trip).
 //
 // Barriers. Block b of every rank meets block b of every other rank: thread t < n of block b
-// stores the block's sequence number into rank t's flag [me][b] with release semantics
-// (system scope) after __syncthreads, then spins with acquire loads until its own flag [t][b]
-// reaches it. Ranges are cut into 16-byte words and word w of a range always belongs to
-// thread w % (grid size), on every rank, in every step, whether the caller's pointers allow
-// 16-byte accesses or not (then the thread moves the word element by element): so a block
-// only ever needs its namesakes. Sequence numbers come from a per-block counter in device
-// memory, which makes the launches replayable in a CUDA graph.
+// stores the barrier's value into rank t's flag [me][b] with release semantics (system scope)
+// after __syncthreads (it *arrives*), then spins with acquire loads until its own flag [t][b]
+// reaches it (it *waits*). Ranges are cut into 16-byte words and word w of a range always
+// belongs to thread w % (grid size), on every rank, in every step, whether the caller's
+// pointers allow 16-byte accesses or not (then the thread moves the word element by element):
+// so a block only ever needs its namesakes. Barrier k of GPU call c has the value
+// c << STEP_BITS | (k + 1) (barrier_value): the call number is the agreement check's (agree.cuh),
+// equal on every rank and kept in device memory, so values only grow, on every rank alike,
+// whatever ran before (a skipped call, a notice, another algorithm), and the launches replay
+// in a CUDA graph.
+//
+// The first barrier's arrival goes out before the agreement check (step 0 of each kernel):
+// the check's wait for the peers' descriptors (posted at the kernel's start) then overlaps the
+// barrier's fence and flag instead of preceding them, which saves one NVLink crossing per call.
+// An arrival for a call that the check then skips is harmless: the next call's barriers wait
+// for larger values, and a flag never moves backwards.
 //
 // No wait is unbounded. A spinning thread reads the GPU clock now and then: past the
 // communicator's timeout it aborts the communicator (writes 1 + rank into every rank's abort
@@ -18,13 +27,14 @@
 // without writing output. A spinning thread that finds the abort word set (a peer gave up)
 // reports that and returns too. The same holds inside a replayed CUDA graph.
 //
-// Reuse without extra barriers. A rank writes into a peer's region only after a barrier that
-// the peer entered after its last read of that region: one-shot alternates two slots by
-// sequence parity (the barrier of the next call separates a slot's readers from its next
-// writers); in two-shot, a chunk's second barrier separates the readers of the input staging
-// from the next chunk's writers, and the next chunk's first barrier separates the readers of
+// Reuse without extra barriers. A rank writes into a peer's region only after a barrier (or an
+// agreement check) that the peer entered after its last read of that region: one-shot
+// alternates two slots by the parity of the call number (rank p writes slot s of rank q at call
+// c + 2 only after its call c + 1 waited for q's descriptor of c + 1, which q posts only once its
+// call c, stream-ordered before, finished reading slot s); in two-shot, a chunk's second
+// barrier separates the readers of the input staging from the next chunk's writers, and the next chunk's first barrier separates the readers of
 // the output staging from the next writers. Kernels of one communicator never run concurrently
-// (the launcher's caller orders them), so counters and flags serve one kernel at a time. Data
+// (the launcher's caller orders them), so flags serve one kernel at a time. Data
 // written by peers is read with L2-only loads (ld.global.cg), so no stale L1 line is ever used.
 //
 // Staging words keep their owner. A barrier orders block b of one rank with block b of the
@@ -51,23 +61,45 @@
 #define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
 __device__ __forceinline__ long long lmin(long long a, long long b) { return a < b ? a : b; }
 
-// Block b of every rank meets block b of every other rank (see the module docstring): thread
-// t < size waits for rank t. Returns true, in every thread of the block, if the kernel must
-// stop because the communicator is aborted (a wait here timed out, or some rank aborted it).
-__device__ __forceinline__ bool barrier(const Ctl* c, u64 seq, int kind, int step) {
+// Barriers per call stay below 2^STEP_BITS: two-shot has two per chunk, and a chunk holds at least
+// half the two-shot staging (16 MiB), so a call would need 8 TiB to run out; calls of 2^44.
+#define STEP_BITS 20
+__device__ __forceinline__ u64 barrier_value(const GpuCall& g, int step) {
+  return (g.call << STEP_BITS) | (u64)(step + 1);
+}
+
+// Arrive at barrier `step` (see the module docstring): after every thread of the block is done
+// with its stores, thread t < size releases this block's flag [me][b] in rank t. The release
+// (system scope, after __syncthreads) is what makes the block's stores into rank t visible to
+// rank t's namesake block once it has read the flag.
+__device__ __forceinline__ void arrive(const Ctl* c, const GpuCall& g, int step) {
   __syncthreads();
+  const int t = threadIdx.x;
+  if (t < c->size) st_release((u64*)c->flags[t] + (size_t)c->rank * c->blocks + blockIdx.x, barrier_value(g, step));
+}
+
+// Wait at barrier `step`: thread t < size spins until rank t's flag [t][b] here reaches the
+// barrier's value (acquire: rank t's block b stored everything before arriving). Returns true,
+// in every thread of the block, if the kernel must stop because the communicator is aborted (a
+// wait here timed out, or some rank aborted it).
+__device__ __forceinline__ bool wait_for_peers(const Ctl* c, const GpuCall& g, int kind, int step) {
   const int t = threadIdx.x;
   int stop = 0;
   if (t < c->size) {
-    st_release((u64*)c->flags[t] + (size_t)c->rank * c->blocks + blockIdx.x, seq);
+    const u64 value = barrier_value(g, step);
     const u64* mine = (const u64*)c->flags[c->rank] + (size_t)t * c->blocks + blockIdx.x;
     u64 since = 0;
-    for (unsigned spins = 1; ld_acquire(mine) < seq; ++spins) {
+    for (unsigned spins = 1; ld_acquire(mine) < value; ++spins) {
       if (spins % 256) continue;                  // the clock and abort word now and then only
-      if (give_up(c, &since, kind, t, seq, step)) { stop = 1; break; }
+      if (give_up(c, &since, kind, t, g.call, step)) { stop = 1; break; }
     }
   }
   return __syncthreads_or(stop);
+}
+
+__device__ __forceinline__ bool barrier(const Ctl* c, const GpuCall& g, int kind, int step) {
+  arrive(c, g, step);
+  return wait_for_peers(c, g, kind, step);
 }
 
 #define GRID_THREAD const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x, stride = (long long)gridDim.x * blockDim.x
@@ -120,35 +152,24 @@ __device__ __forceinline__ void reduce_range(typename T::S* out, bool vec, const
   }
 }
 
-__device__ __forceinline__ u64 first_seq(const Ctl* c) {
-  __shared__ u64 seq;
-  if (threadIdx.x == 0) seq = ((const u64*)c->counters)[blockIdx.x];
-  __syncthreads();
-  return seq;
-}
-__device__ __forceinline__ void last_seq(const Ctl* c, u64 seq) {
-  if (threadIdx.x == 0) ((u64*)c->counters)[blockIdx.x] = seq;
-}
-
 template <class T, class Op>
 __global__ void __launch_bounds__(DIRECT_THREADS) oneshot(const typename T::S* in, typename T::S* out, long long n,
                                                const Ctl* __restrict__ c, int vec, u64 d0, u64 d1) {
   typedef typename T::S S;
   const GpuCall g = gpu_call(c);
   post_descriptor(c, g, d0, d1);                // 0. this call's descriptor to every peer
-  const u64 seq = first_seq(c) + 1;
-  const int me = c->rank, size = c->size, par = (int)(seq & 1);
+  const int me = c->rank, size = c->size;
   const long long row = (n + 16 / sizeof(S) - 1) / (16 / sizeof(S)) * (16 / sizeof(S));
   for (int r = 0; r < size; ++r)                // 1. my input into row me of every peer's slot
-    if (r != me) copy_range<S>((S*)c->oneshot[r][par] + me * row, true, in, vec, false, n);
+    if (r != me) copy_range<S>((S*)c->oneshot[r][g.par] + me * row, true, in, vec, false, n);
+  arrive(c, g, 0);                              // before the check: see the module docstring
   const int verdict = agree(c, g, d0, d1, ST_KIND_ONESHOT, true);
   if (verdict == VERDICT_STOPPED) return;
   if (verdict == VERDICT_AGREED) {
-    if (barrier(c, seq, ST_KIND_ONESHOT, 0)) return;
+    if (wait_for_peers(c, g, ST_KIND_ONESHOT, 0)) return;
     const S* srcs[MAXR];                        // 2. reduce the rows of my slot, in rank order
-    for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][par] + r * row;
+    for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][g.par] + r * row;
     reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
-    last_seq(c, seq);
   }
   finish(c, g);
 }
@@ -163,7 +184,6 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
     if (agree(c, g, d0, d1, ST_KIND_TWOSHOT, true) != VERDICT_STOPPED) finish(c, g);
     return;
   }
-  u64 seq = first_seq(c);
   const int me = c->rank, size = c->size;
   const long long V = 16 / sizeof(S);
   // Shards of a call of several chunks are whole multiples of G elements: G is one 16-byte word
@@ -182,12 +202,13 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>((S*)c->twoshot_in[s] + me * shard, true, in + base + lo, vec, false, len);
     }
-    if (k == 0) {                               // the whole call is checked before its first barrier
+    arrive(c, g, 2 * k);
+    if (k == 0) {                               // the whole call is checked before its first wait
       const int verdict = agree(c, g, d0, d1, ST_KIND_TWOSHOT, true);
       if (verdict == VERDICT_STOPPED) return;
       if (verdict == VERDICT_SKIP) { finish(c, g); return; }
     }
-    if (barrier(c, ++seq, ST_KIND_TWOSHOT, 2 * k)) return;
+    if (wait_for_peers(c, g, ST_KIND_TWOSHOT, 2 * k)) return;
     {                                             // 2. reduce my shard, push it to every peer
       const long long lo = lmin(me * shard, m), len = lmin(shard, m - lo);
       const S* srcs[MAXR]; S* dsts[MAXR];
@@ -197,12 +218,11 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
       }
       reduce_range<T, Op>(out + base + lo, vec, srcs, dsts, me, size, len);
     }
-    if (barrier(c, ++seq, ST_KIND_TWOSHOT, 2 * k + 1)) return;
+    if (barrier(c, g, ST_KIND_TWOSHOT, 2 * k + 1)) return;
     for (int s = 0; s < size; ++s) {            // 3. the other shards, reduced by their owners
       const long long lo = lmin(s * shard, m), len = lmin(shard, m - lo);
       if (s != me) copy_range<S>(out + base + lo, vec, stage_out + lo, true, true, len);
     }
   }
-  last_seq(c, seq);
   finish(c, g);
 }
