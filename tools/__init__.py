@@ -12,6 +12,7 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.ce_patterns [...]   # copy engines: a ring step, an all-to-all phase, a fold
     python -m tools.barrier_cost [...]  # one barrier of the direct kernels, by its parts (fence, flag)
     python -m tools.kernel_resources [...]  # registers, stack and spills of a kernel source (no GPU)
+    python -m tools.ab_summary DIR      # an A/B of the benchmark (jobs/ab-node.sh), row by row
     python -m tools.build_hotpath       # compile the C extensions (eager replay, stream programs)
     python -m tools.replay_bench [...]  # ns per replayed call, compiled and Python, no GPU
     python -m tools.streamprog_bench [...]  # µs per ce-twoshot round, compiled and Python, no GPU

@@ -1,0 +1,90 @@
+"""``tools.ab_summary`` over synthetic A/B files (each round's time per arm, new / base from the
+arms' means, points apart, wrong elements, refusals), and ``jobs/ab-node.sh`` run for real on the
+host transport: 2 ranks, base HEAD against this checkout, one round."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, child_env, mpiexec
+
+from mpiring.bench.results import Row, write_csv
+from tools.ab_summary import main, runs, summarize
+
+
+def row(size: int, algo: str, time_us: float | None, status: str = "ok", wrong: int | None = 0) -> Row:
+    return Row(size_bytes=size, count=size // 4, dtype="float32", op="sum", algo=algo, batches="-",
+               placement="out", nranks=2, status=status, check="OK", wrong=wrong,
+               time_us=time_us if status == "ok" else None)
+
+
+def write(directory: Path, arm: str, number: int, rows: list[Row]) -> None:
+    write_csv(directory / f"ab-{arm}-{number}_host_20261127.csv", rows)
+
+
+def test_each_round_of_each_arm_and_the_ratio_of_their_means(tmp_path: Path) -> None:
+    write(tmp_path, "base", 1, [row(1024, "oneshot", 10.0), row(4096, "oneshot", 20.0)])
+    write(tmp_path, "base", 2, [row(1024, "oneshot", 12.0), row(4096, "oneshot", 22.0)])
+    write(tmp_path, "new", 1, [row(1024, "oneshot", 8.0), row(4096, "oneshot", 21.0, wrong=3)])
+    write(tmp_path, "new", 2, [row(1024, "oneshot", 9.0), row(4096, "oneshot", 21.0)])
+    lines = summarize(runs(tmp_path))
+    assert lines[0].startswith("# 2 rounds per arm")
+    first, second = lines[2].split(), lines[3].split()
+    assert first[:6] == ["allreduce", "oneshot", "float32", "sum", "out", "1024"]
+    assert first[6:] == ["10.00", "12.00", "8.00", "9.00", f"{8.5 / 11.0:.3f}"]
+    assert second[5] == "4096" and second[-1] == f"{21.0 / 21.0:.3f}"
+    assert lines[-1] == "# wrong elements over the ok rows: base 0, new 3"
+
+
+def test_points_not_timed_everywhere_are_set_apart(tmp_path: Path) -> None:
+    write(tmp_path, "base", 1, [row(1024, "oneshot", 10.0), row(1024, "ring", 30.0)])
+    write(tmp_path, "new", 1, [row(1024, "oneshot", 9.0), row(1024, "ring", None, status="error"),
+                               row(2048, "oneshot", 12.0)])
+    lines = summarize(runs(tmp_path))
+    assert [line.split()[1] for line in lines[2:] if not line.startswith("#")] == ["oneshot"]
+    apart = [line for line in lines if line.startswith("# apart")]
+    assert apart == ["# apart: allreduce oneshot float32 sum out 2048: not timed in every round of both arms",
+                     "# apart: allreduce ring float32 sum out 1024: new ab-new-1_host_20261127.csv: error; "
+                     "not timed in every round of both arms"]
+
+
+def test_arms_that_cannot_be_compared_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path)]) == 2
+    assert "holds no ab-base-*.csv and ab-new-*.csv" in capsys.readouterr().err
+    write(tmp_path, "base", 1, [row(1024, "oneshot", 10.0)])
+    write(tmp_path, "base", 2, [row(1024, "oneshot", 10.0)])
+    write(tmp_path, "new", 1, [row(1024, "oneshot", 9.0)])
+    assert main([str(tmp_path)]) == 2
+    assert "rounds differ: base [1, 2], new [1]" in capsys.readouterr().err
+    write(tmp_path, "new", 2, [row(1024, "oneshot", 9.0)])
+    out = tmp_path / "summary.txt"
+    assert main([str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_text() == capsys.readouterr().out
+
+
+def test_the_job_script_runs_both_arms_on_the_host_transport(tmp_path: Path) -> None:
+    """jobs/ab-node.sh, base HEAD, one round, 2 ranks, host arrays: both arms' files and a summary
+    whose every point was timed by both (HEAD's tree from git archive, this checkout beside it)."""
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.size > 1:
+        pytest.skip("starts jobs of its own: run it in the serial suite")
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and this checkout's history")
+    env = child_env(NGPUS="2", MPIRUN=mpiexec(), OUTDIR=str(tmp_path), ROUNDS="1", TIMEOUT="200",
+                    PYTHON=sys.executable)
+    done = subprocess.run(["bash", str(ROOT / "jobs" / "ab-node.sh"), "HEAD", "--", "--host", "-b", "1K",
+                           "-e", "2K", "--algo", "ring,mpi-direct"], env=env, capture_output=True, text=True,
+                          timeout=280)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = sorted(p.name.split("_")[0] for p in tmp_path.glob("ab-*.csv"))
+    assert names == ["ab-base-1", "ab-new-1"]
+    table = [line.split() for line in (tmp_path / "summary.txt").read_text().splitlines()
+             if not line.startswith("#")][1:]
+    assert sorted((cells[1], cells[5]) for cells in table) == [
+        ("mpi-direct", "1024"), ("mpi-direct", "2048"), ("ring", "1024"), ("ring", "2048")]
+    assert "# wrong elements over the ok rows: base 0, new 0" in (tmp_path / "summary.txt").read_text()
