@@ -28,11 +28,9 @@ def compile_source(nvrtc: Any, code: str, name: str,
     try:
         for expr in expressions:
             _ok(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-        # The options of CuPy's RawModule (ours, plus -ftz=true and
-        # --device-as-default-execution-space, which CuPy adds), every warning an error, and
-        # --split-compile=0 to optimize on every core (direct.cu has 48 instantiations).
-        options = [f"--gpu-architecture={ARCH}", *sources.OPTIONS, "-ftz=true",
-                   "--device-as-default-execution-space", "-Werror=all-warnings", "--split-compile=0"]
+        # The options of CuPy's RawModule, every warning an error, and --split-compile=0 to
+        # optimize on every core (direct.cu has 48 instantiations).
+        options = [*sources.rawmodule_options(ARCH), "-Werror=all-warnings", "--split-compile=0"]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         size = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
         log = b" " * size

@@ -72,9 +72,7 @@ def measure(nvrtc: Any, code: str, name: str, expressions: list[str],
     try:
         for expr in expressions:
             _ok(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-        # CuPy's RawModule adds -ftz=true and --device-as-default-execution-space to ours.
-        options = [f"--gpu-architecture={arch}", *sources.OPTIONS, "-ftz=true",
-                   "--device-as-default-execution-space", "--ptxas-options=-v"]
+        options = [*sources.rawmodule_options(arch), "--ptxas-options=-v"]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         size = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
         log = b" " * size

@@ -24,6 +24,14 @@ CSRC = Path(__file__).with_name("csrc")
 # NVRTC options of every compilation of these sources (CuPy adds the GPU architecture).
 OPTIONS: tuple[str, ...] = ("--std=c++17",)
 
+
+def rawmodule_options(arch: str) -> list[str]:
+    """The NVRTC options a CuPy ``RawModule`` of these sources compiles with for ``arch``
+    ("sm_90"): ours, plus the two CuPy adds. For compiling them elsewhere as the library does
+    (the compile tests, ``tools.kernel_resources``)."""
+    return [f"--gpu-architecture={arch}", *OPTIONS, "-ftz=true", "--device-as-default-execution-space"]
+
+
 # The copy kernel's unit for each width in bytes, widest first (the launcher takes the first
 # that the pointers and the byte count allow).
 COPY_UNITS: dict[int, str] = {16: "uint4", 8: "unsigned long long", 4: "unsigned int",

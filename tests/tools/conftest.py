@@ -53,23 +53,48 @@ def run_tool(name: str, args: Sequence[str] = (), ranks: int | None = None, cwd:
     command = [sys.executable, "-m", f"tools.{name}", *args]
     if ranks is not None:
         command = [mpiexec(), "-n", str(ranks), *command]
-    child = subprocess.Popen(command, cwd=cwd, env=child_env(), stdout=subprocess.PIPE,
+    return _run(command, cwd, child_env(), limit)
+
+
+def run_job(script: str, args: Sequence[str] = (), limit: float = 240.0,
+            **env: str) -> subprocess.CompletedProcess[str]:
+    """``bash jobs/<script> args`` with ``env`` added (its ``run`` starts ``mpiexec`` beside this
+    Python, its ``python3`` is this one), in a session of its own, killed whole after ``limit`` s."""
+    command = ["bash", str(ROOT / "jobs" / script), *args]
+    return _run(command, ROOT, child_env(MPIRUN=mpiexec(), PYTHON=sys.executable, **env), limit)
+
+
+def _run(command: list[str], cwd: Path, env: dict[str, str],
+         limit: float) -> subprocess.CompletedProcess[str]:
+    child = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = child.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         out, err = child.communicate()
-        pytest.fail(f"tools.{name} {' '.join(args)} ran past {limit} s:\n{out}\n{err}", pytrace=False)
+        pytest.fail(f"{' '.join(command)} ran past {limit} s:\n{out}\n{err}", pytrace=False)
     return subprocess.CompletedProcess(command, child.returncode, out, err)
+
+
+def _serial_only() -> None:
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.size > 1:
+        pytest.skip("starts jobs of its own: run it in the serial suite")
 
 
 @pytest.fixture
 def tool():
     """:func:`run_tool`: ``tool("enqueue", ["--host"], ranks=2)``. Skipped inside an MPI job of
     several ranks: each rank would start the same jobs."""
-    from mpi4py import MPI
-
-    if MPI.COMM_WORLD.size > 1:
-        pytest.skip("starts jobs of its own: run it in the serial suite")
+    _serial_only()
     return run_tool
+
+
+@pytest.fixture
+def job():
+    """:func:`run_job`: ``job("ab-node.sh", ["HEAD", "--", "--host"], NGPUS="2")``; serial only,
+    as ``tool``."""
+    _serial_only()
+    return run_job

@@ -5,15 +5,14 @@ host transport: 2 ranks, base HEAD against this checkout, one round."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, child_env, mpiexec
 
 from mpiring.bench.results import Row, write_csv
 from tools.ab_summary import main, runs, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def row(size: int, algo: str, time_us: float | None, status: str = "ok", wrong: int | None = 0) -> Row:
@@ -66,20 +65,13 @@ def test_arms_that_cannot_be_compared_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert out.read_text() == capsys.readouterr().out
 
 
-def test_the_job_script_runs_both_arms_on_the_host_transport(tmp_path: Path) -> None:
+def test_the_job_script_runs_both_arms_on_the_host_transport(tmp_path: Path, job) -> None:
     """jobs/ab-node.sh, base HEAD, one round, 2 ranks, host arrays: both arms' files and a summary
     whose every point was timed by both (HEAD's tree from git archive, this checkout beside it)."""
-    from mpi4py import MPI
-
-    if MPI.COMM_WORLD.size > 1:
-        pytest.skip("starts jobs of its own: run it in the serial suite")
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and this checkout's history")
-    env = child_env(NGPUS="2", MPIRUN=mpiexec(), OUTDIR=str(tmp_path), ROUNDS="1", TIMEOUT="200",
-                    PYTHON=sys.executable)
-    done = subprocess.run(["bash", str(ROOT / "jobs" / "ab-node.sh"), "HEAD", "--", "--host", "-b", "1K",
-                           "-e", "2K", "--algo", "ring,mpi-direct"], env=env, capture_output=True, text=True,
-                          timeout=280)
+    done = job("ab-node.sh", ["HEAD", "--", "--host", "-b", "1K", "-e", "2K", "--algo", "ring,mpi-direct"],
+               limit=280, NGPUS="2", OUTDIR=str(tmp_path), ROUNDS="1", TIMEOUT="200")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     names = sorted(p.name.split("_")[0] for p in tmp_path.glob("ab-*.csv"))
     assert names == ["ab-base-1", "ab-new-1"]
