@@ -42,6 +42,7 @@ from .core.errors import (
     UnavailableError,
 )
 from .core.topology import Topology
+from .cuda.launcher import BoundLaunch
 from .cuda.streams import torch_stream
 from .lifetime import Resources
 from .node.control import ControlBoard
@@ -309,6 +310,10 @@ class Communicator:
         """Call shapes whose launch this communicator keeps bound for replay (:mod:`mpiring.call.replay`):
         0 on host arrays and with ``replay=False``."""
         return self._dispatch.replays_kept()
+
+    def bound_launches(self) -> list[BoundLaunch]:
+        """The launches its kept replays make (Dispatcher.bound_launches), for tools timing them alone."""
+        return self._dispatch.bound_launches()
 
     @property
     def call_keys(self) -> CallKeys:

@@ -201,6 +201,30 @@ def test_a_shape_is_checked_once_and_each_call_gets_its_own_buffers() -> None:
     assert host.checked == 4 and other.call.send.address == send.__array_interface__["data"][0] + 64
 
 
+def test_bound_launches_are_the_kept_replays_single_launches() -> None:
+    """``bound_launches()``: the BoundLaunch of each kept plan whose replay is a StreamLaunch,
+    in the order the plans were made; plans without a replay, or whose replay is anything else
+    (a ring's, NCCL's), give none; none once the plans are dropped."""
+    from mpiring.call.dispatch import Replay
+    from mpiring.cuda.launcher import BoundLaunch, StreamLaunch
+
+    d = host_dispatcher(CountingHost())
+    pool = np.zeros(64, np.float32)
+    plans = [d.prepare(Collective.ALLREDUCE, MPI.IN_PLACE, pool[i * 8:i * 8 + 8], MPI.SUM, "ring", None).plan
+             for i in range(4)]
+    assert all(p is not None for p in plans) and d.bound_launches() == []
+    launches = [BoundLaunch(("ptr",), 32, 0xF00D + i, 1, (i,), lambda *args: None) for i in range(2)]
+    stream = SimpleNamespace(ptr=0)
+    plans[3].replay = Replay(StreamLaunch(launches[0], lambda: stream), None, None)
+    plans[1].replay = Replay(lambda: None, None, None)  # not one bound launch
+    plans[0].replay = Replay(StreamLaunch(launches[1], lambda: stream), None, None)
+    found = d.bound_launches()
+    assert len(found) == 2 and found[0] is launches[1] and found[1] is launches[0]
+    assert d.replays_kept() == 3
+    d.clear()
+    assert d.bound_launches() == []
+
+
 @pytest.mark.parametrize("change", ["readonly", "overlap", "dtype", "count", "op", "batches"])
 def test_every_part_of_a_shape_is_checked_afresh_when_it_changes(change: str) -> None:
     """A cached plan never lets through a call that differs from it in anything the checks

@@ -19,7 +19,8 @@ wheel holds ``mpiring*`` only), run from a checkout, each as a module from the r
     python -m tools.thin_fatbin [...]   # a CUDA library cut to one GPU's code (NCCL to carry)
 
 (``starve_calls`` is part of ``starve``; ``kernels`` holds the CUDA sources of ``csrc/`` that
-``enqueue``, ``starve``, ``ce_patterns`` and ``barrier_cost`` launch.) They use mpiring's public
-modules and the benchmark's (``mpiring.bench``); nothing in ``mpiring`` imports them. Their tests are in
-``tests/tools``.
+``enqueue``, ``starve``, ``ce_patterns`` and ``barrier_cost`` launch; ``launch_floor`` builds
+``csrc/launch_floor.c`` at run time: a bound launch made with one C call, ``enqueue``'s floor.)
+They use mpiring's public modules and the benchmark's (``mpiring.bench``); nothing in ``mpiring``
+imports them. Their tests are in ``tests/tools``.
 """

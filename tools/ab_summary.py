@@ -1,17 +1,20 @@
 """``python -m tools.ab_summary``: an A/B of the benchmark, row by row, from one job's files.
 
-``bash jobs/ab-node.sh BASE -- BENCH ARGS`` runs the benchmark on a base commit's tree and on
-the checkout, in alternating rounds (base 1, new 1, base 2, new 2, ...) within one job, so that
-machine drift moves both arms alike; its CSVs are ``ab-base-<round>_*.csv`` and
-``ab-new-<round>_*.csv`` in one directory. This prints, per point (collective, row, dtype, op,
-placement, size), each round's time of each arm (``time_us``: the slowest rank's median) and
-new / base, the ratio of the arms' mean times (below 1: the new code is faster)::
+``bash jobs/ab-node.sh BASE [OTHER ...] -- BENCH ARGS`` runs the benchmark on a base commit's
+tree, on any other trees named (commits, or ``git archive`` tarballs of variants), and on the
+checkout, in alternating rounds (base 1, other 1, new 1, base 2, ...) within one job, so that
+machine drift moves every arm alike; its CSVs are ``ab-<arm>-<round>_*.csv`` in one directory:
+arm ``base``, the others' names, then ``new`` (the checkout). This prints, per point
+(collective, row, dtype, op, placement, size), each round's time of each arm (``time_us``: the
+slowest rank's median) and, for every arm but base, arm/base: the ratio of the arms' mean times
+(below 1: that arm is faster)::
 
     python -m tools.ab_summary results/ab [--out results/h200x4-ab-summary.txt]
 
-A point that one arm or round lacks, or that did not run (``status`` not ok), is listed apart
+A point that some arm or round lacks, or that did not run (``status`` not ok), is listed apart
 with its statuses; the wrong elements of every ok row are summed per arm (must be 0). Exit 0, or
-2 for a directory without the files of both arms or with arms of different round counts.
+2 for a directory without the files of a base and a new arm or with arms of different round
+counts.
 """
 
 from __future__ import annotations
@@ -25,8 +28,7 @@ from pathlib import Path
 
 from mpiring.bench.results import Row, read_csv
 
-ARMS = ("base", "new")
-_FILE = re.compile(r"^ab-(base|new)-(\d+)_.*\.csv$")
+_FILE = re.compile(r"^ab-([A-Za-z0-9.+]+)-(\d+)_.*\.csv$")
 
 Point = tuple[str, str, str, str, str, int]  # collective, algo, dtype, op, placement, size_bytes
 
@@ -36,28 +38,32 @@ def point(row: Row) -> Point:
 
 
 def runs(directory: Path) -> dict[str, list[Path]]:
-    """The CSVs of each arm, by round number; raises ValueError where the arms cannot be compared."""
-    found: dict[str, dict[int, Path]] = {arm: {} for arm in ARMS}
+    """The CSVs of each arm by round number, the arms in order (base, the others by name, new);
+    raises ValueError where the arms cannot be compared."""
+    found: dict[str, dict[int, Path]] = {}
     for path in sorted(directory.glob("ab-*.csv")):
         if m := _FILE.match(path.name):
             arm, number = m.group(1), int(m.group(2))
-            if number in found[arm]:
+            if number in found.setdefault(arm, {}):
                 raise ValueError(f"two files of {arm} round {number}: {found[arm][number].name}, {path.name}")
             found[arm][number] = path
-    if not found["base"] or not found["new"]:
+    if "base" not in found or "new" not in found:
         raise ValueError(f"{directory} holds no ab-base-*.csv and ab-new-*.csv of jobs/ab-node.sh")
-    if sorted(found["base"]) != sorted(found["new"]):
-        raise ValueError(f"rounds differ: base {sorted(found['base'])}, new {sorted(found['new'])}")
-    return {arm: [found[arm][k] for k in sorted(found[arm])] for arm in ARMS}
+    arms = ["base", *sorted(set(found) - {"base", "new"}), "new"]
+    for arm in arms[1:]:
+        if sorted(found[arm]) != sorted(found["base"]):
+            raise ValueError(f"rounds differ: base {sorted(found['base'])}, {arm} {sorted(found[arm])}")
+    return {arm: [found[arm][k] for k in sorted(found[arm])] for arm in arms}
 
 
 def summarize(files: dict[str, list[Path]]) -> list[str]:
-    """The summary's lines: a header, a line per point that every round of both arms timed, the
+    """The summary's lines: a header, a line per point that every round of every arm timed, the
     points left apart, and each arm's wrong elements."""
-    times: dict[str, list[dict[Point, float]]] = {arm: [] for arm in ARMS}
+    arms = list(files)
+    times: dict[str, list[dict[Point, float]]] = {arm: [] for arm in arms}
     apart: dict[Point, list[str]] = {}
-    wrong = dict.fromkeys(ARMS, 0)
-    for arm in ARMS:
+    wrong = dict.fromkeys(arms, 0)
+    for arm in arms:
         for path in files[arm]:
             timed: dict[Point, float] = {}
             for row in read_csv(path):
@@ -67,23 +73,26 @@ def summarize(files: dict[str, list[Path]]) -> list[str]:
                 else:
                     apart.setdefault(point(row), []).append(f"{arm} {path.name}: {row.status}")
             times[arm].append(timed)
-    every = [set(t) for arm in ARMS for t in times[arm]]
+    every = [set(t) for arm in arms for t in times[arm]]
     common = set.intersection(*every)
+    missing = "not timed in every round of " + ("both arms" if len(arms) == 2 else "every arm")
     for p in set.union(*every) - common:
-        apart.setdefault(p, []).append("not timed in every round of both arms")
+        apart.setdefault(p, []).append(missing)
     rounds = len(files["base"])
-    head = " ".join(f"{arm} {k + 1:>2}" for arm in ARMS for k in range(rounds))
-    lines = [f"# {rounds} rounds per arm; us (slowest rank's median); new/base: the arms' mean times",
-             f"{'collective':<15}{'row':<18}{'dtype':<9}{'op':<5}{'place':<6}{'bytes':>12}  {head}  new/base"]
+    head = " ".join(f"{arm} {k + 1:>2}" for arm in arms for k in range(rounds))
+    ratios = [f"{arm}/base" for arm in arms[1:]]
+    lines = [f"# {rounds} rounds per arm; us (slowest rank's median); arm/base: the arms' mean times",
+             f"{'collective':<15}{'row':<18}{'dtype':<9}{'op':<5}{'place':<6}{'bytes':>12}  {head}  "
+             + " ".join(ratios)]
     for p in sorted(common, key=lambda q: (q[0], q[1], q[2], q[3], q[4], q[5])):
-        base = [t[p] for t in times["base"]]
-        new = [t[p] for t in times["new"]]
-        cells = " ".join(f"{v:>7.2f}" for v in base + new)
-        lines.append(f"{p[0]:<15}{p[1]:<18}{p[2]:<9}{p[3]:<5}{p[4]:<6}{p[5]:>12}  {cells}  "
-                     f"{statistics.fmean(new) / statistics.fmean(base):.3f}")
+        per_arm = {arm: [t[p] for t in times[arm]] for arm in arms}
+        cells = " ".join(f"{v:>7.2f}" for arm in arms for v in per_arm[arm])
+        base = statistics.fmean(per_arm["base"])
+        ratio = " ".join(f"{statistics.fmean(per_arm[arm]) / base:.3f}" for arm in arms[1:])
+        lines.append(f"{p[0]:<15}{p[1]:<18}{p[2]:<9}{p[3]:<5}{p[4]:<6}{p[5]:>12}  {cells}  {ratio}")
     for p in sorted(apart, key=lambda q: (q[0], q[1], q[2], q[3], q[4], q[5])):
         lines.append(f"# apart: {' '.join(map(str, p))}: {'; '.join(apart[p])}")
-    lines.append(f"# wrong elements over the ok rows: base {wrong['base']}, new {wrong['new']}")
+    lines.append("# wrong elements over the ok rows: " + ", ".join(f"{arm} {wrong[arm]}" for arm in arms))
     return lines
 
 

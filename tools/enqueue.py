@@ -15,10 +15,18 @@ where replays run compiled, ``mpiring.call.hot_replay``, also the same replays i
 where the call table keys and looks calls up in C too, the compiled replays after Python's key
 and lookup: the rows "Python key"),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
-for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (the driver's own
-cost, the floor of any call that launches a kernel). With GPU arrays each round is enqueued
-behind a *gate*, a kernel that holds the stream until the round is enqueued, so the GPU never
-holds the host back (``--no-gate``: it may, once the queue of launches fills; keep
+for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (an empty kernel
+launched through CuPy's binding: about the driver's own cost). Each case whose call was
+replayed through a bound launch (oneshot, twoshot, oneshot-ll, and auto where it picks one of
+them) is followed by "<case> kernel alone": the very launch that call makes, the same kernel,
+grid and parameters, on the same stream, with one C call and nothing of mpiring around it
+(``tools.launch_floor``: built at run time; where it cannot be, one "# (no launch floor: why)"
+line says so). After the table, "above its launch" gives each such case's median minus its
+kernel alone's: on rank 0 and on each rank, and (several ranks) the case's median minus the
+largest rank's kernel alone, the host cost of the replayed call above the driver's launch
+when the agreement check couples the ranks (the target: at most 1 us). With GPU arrays each
+round is enqueued behind a *gate*, a kernel that holds the stream until the round is
+enqueued, so the GPU never holds the host back (``--no-gate``: it may, once the queue of launches fills; keep
 ``--calls`` under about 1000 with the gate). Only rows that can be captured in a CUDA graph
 are gated (they never wait on the host for their GPU work; the ring does): the others are
 marked "not gated". Every (algorithm, check) case is measured
@@ -44,6 +52,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
 from mpi4py import MPI
@@ -55,8 +64,9 @@ from mpiring.bench.sizes import format_size
 from mpiring.communicator import Communicator
 from mpiring.core.buffers import Memory
 from mpiring.core.errors import MpiringError, PeerArgumentError
+from mpiring.cuda.launcher import BoundLaunch
 
-from . import kernels
+from . import kernels, launch_floor
 
 PROFILE_CHECKS: dict[str, str | bool] = {"gpu": "gpu", "host": "host", "off": False}  # --profile-check
 
@@ -180,13 +190,18 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
             labels.append(floor[0])
             cases.append(floor[1])
             gated.append(True)
+        # The "kernel alone" cases: each row case's bound launch (kept by its first call), alone.
+        alone = KernelAlone.make(world) if gpu else None
         # Whether a row runs here is decided once, on the checked communicator, where a refusal
         # on one rank reaches every rank (the agreement check); a call with the check off that
         # one rank refused would leave the others waiting inside the collective.
         runs: dict[str, bool] = {}
+        first_launches: dict[str, BoundLaunch | None] = {}  # comms["gpu"]'s, by name
         for name in dict.fromkeys(names + ([args.profile] if args.profile else [])):
+            before = comms["gpu"].bound_launches()
             refusal = first_refusal(world, comms["gpu"], _call(comms["gpu"], name, x, out))
             runs[name] = refusal is None
+            first_launches[name] = alone.launch_since(comms["gpu"], before) if alone is not None else None
             if refusal is not None and world.rank == 0:
                 print(f"# {name}: n/a ({refusal})")
         for check, comm in comms.items():
@@ -198,26 +213,35 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 if check == "host" and not row.gpu_check:
                     continue  # checked on the host anyway, as by default
                 shown = name if row.name == name else f"{name}={row.name}"
+                launch = first_launches[name] if check == "gpu" else None
                 if check != "gpu":
+                    before = comm.bound_launches()
                     comm.Allreduce(x, out, algorithm=name)  # its first call plans (timed: replays)
+                    launch = alone.launch_since(comm, before) if alone is not None else None
                 note = "" if row.graph_capturable or not (gpu and args.gate) else ", not gated"
                 labels.append(f"{shown} (check {check or 'off'})" + note)
                 cases.append(_call(comm, name, x, out))
                 gated.append(row.graph_capturable)
+                if alone is not None and launch is not None:
+                    alone.add(labels, cases, gated, launch)
                 for variants, how in ((python_keys, "Python key"), (python_replays, "Python replay")):
                     if check in variants and row.bind is not None:
                         variant = variants[check]
+                        before = variant.bound_launches()
                         variant.Allreduce(x, out, algorithm=name)  # its first call plans
                         labels.append(f"{shown} (check {check or 'off'}, {how})" + note)
                         cases.append(_call(variant, name, x, out))
                         gated.append(row.graph_capturable)
+                        launch = alone.launch_since(variant, before) if alone is not None else None
+                        if alone is not None and launch is not None:
+                            alone.add(labels, cases, gated, launch)
                 if check is False and gpu and row.bind is not None:
                     full.Allreduce(x, out, algorithm=name)
                     labels.append(f"{shown} (check off, full path)")
                     cases.append(_call(full, name, x, out))
                     gated.append(row.graph_capturable)
         if gpu and args.torch:  # the same calls on torch views of the same memory
-            _add_torch_cases(world, comms["gpu"], names, x, out, labels, cases, gated)
+            _add_torch_cases(world, comms["gpu"], names, x, out, labels, cases, gated, alone)
         gate = Gate() if gpu and args.gate else None
         times = per_call_us(args.rounds, args.calls, cases, sync, world, gate, gated)
         # Every rank's medians too: the calls couple the ranks, so rank 0's pace is the slowest
@@ -229,9 +253,14 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                   f"rank(s), {'GPU' if gpu else 'host'} arrays{how}, median of {args.rounds} rounds "
                   f"of {args.calls} calls (range)" + ("; then each rank's median" if world.size > 1 else "")
                   + f"; replays {_replays(comms['gpu'])}")
+            width = max(40, *map(len, labels))
             for i, (label, t) in enumerate(zip(labels, times, strict=True)):
                 ranks = "  ranks " + " ".join(f"{m[i]:.1f}" for m in medians) if world.size > 1 else ""
-                print(f"  {label:40s} {statistics.median(t):8.1f} us  ({min(t):.1f}-{max(t):.1f}){ranks}")
+                median = statistics.median(t)
+                print(f"  {label:{width}s} {median:8.1f} us  ({min(t):.1f}-{max(t):.1f}){ranks}")
+            if alone is not None:
+                for line in alone.report(labels, medians, width):
+                    print(line)
         if args.profile and runs[args.profile]:
             profiled = comms[PROFILE_CHECKS[args.profile_check]]
             profile(profiled, args.profile, x, out, args.calls, sync, world, args.profile_check)
@@ -274,10 +303,12 @@ def _replays(comm: Communicator) -> str:
 
 
 def _add_torch_cases(world: MPI.Intracomm, comm: Communicator, names: Sequence[str], x, out,
-                     labels: list[str], cases: list[Callable[[], None]], gated: list[bool]) -> None:
+                     labels: list[str], cases: list[Callable[[], None]], gated: list[bool],
+                     alone: KernelAlone | None = None) -> None:
     """``--torch``: torch's own copy, then each capturable row's call (default check) on torch
     tensors sharing ``x`` and ``out``'s memory (DLPack); they run on torch's current stream,
-    which is CuPy's current one here (both the default stream), so the gate holds them too."""
+    which is CuPy's current one here (both the default stream), so the gate holds them too.
+    With ``alone``, a call replayed through a bound launch is followed by that launch alone."""
     import torch
 
     tx, tout = torch.from_dlpack(x), torch.from_dlpack(out)
@@ -288,11 +319,87 @@ def _add_torch_cases(world: MPI.Intracomm, comm: Communicator, names: Sequence[s
         row = algorithms.get(name)
         if not row.graph_capturable:
             continue
+        before = comm.bound_launches()
         if first_refusal(world, comm, _call(comm, name, tx, tout)) is not None:
             continue  # refused for CuPy arrays alike: reported there
         labels.append(f"{name} (torch tensors, check gpu)")
         cases.append(_call(comm, name, tx, tout))
         gated.append(True)
+        launch = alone.launch_since(comm, before) if alone is not None else None
+        if alone is not None and launch is not None:
+            alone.add(labels, cases, gated, launch)
+
+
+class KernelAlone:
+    """The "kernel alone" cases: after a row case whose call was replayed through a bound launch
+    (:meth:`Communicator.bound_launches`: oneshot, twoshot, oneshot-ll), the same kernel with the
+    same grid and parameters launched on the current CuPy stream with one C call and nothing of
+    mpiring around it (:mod:`tools.launch_floor`): the floor of that replayed call. Every rank
+    adds the same cases (each decision is agreed: the rounds meet at barriers)."""
+
+    def __init__(self, world: MPI.Intracomm, module: ModuleType, address: int) -> None:
+        self.world, self.module, self.address = world, module, address
+        self.of: dict[int, int] = {}  # row case -> its kernel alone case (indices into the cases)
+
+    @classmethod
+    def make(cls, world: MPI.Intracomm) -> KernelAlone | None:
+        """The cases' maker, or None where a rank cannot build the extension or find the driver
+        (rank 0 prints one "# (no launch floor: ...)" line)."""
+        module, why = launch_floor.load()
+        address = 0
+        if module is not None:
+            try:
+                address = launch_floor.driver_launch_address()
+            except OSError as err:
+                why = str(err)
+        whys = world.allgather(why)
+        if any(whys):
+            if world.rank == 0:
+                rank, why = next((r, w) for r, w in enumerate(whys) if w)
+                print(f"# (no launch floor: {why}" + (f", on rank {rank}" if world.size > 1 else "") + ")")
+            return None
+        assert module is not None
+        return cls(world, module, address)
+
+    def launch_since(self, comm: Communicator, before: list[BoundLaunch]) -> BoundLaunch | None:
+        """The one bound launch ``comm`` keeps now that ``before`` (its launches before a call)
+        did not hold; None if not exactly one, or if that is so on another rank."""
+        new = [b for b in comm.bound_launches() if not any(b is old for old in before)]
+        found = new[0] if len(new) == 1 else None
+        return found if all(self.world.allgather(found is not None)) else None
+
+    def add(self, labels: list[str], cases: list[Callable[[], None]], gated: list[bool],
+            launch: BoundLaunch) -> None:
+        """``launch`` alone, as the case after the row case just added (the last one): on the
+        current CuPy stream, which the gate holds."""
+        import cupy
+
+        floor = launch_floor.floor(self.module, launch, cupy.cuda.get_current_stream().ptr, self.address)
+        self.of[len(cases) - 1] = len(cases)
+        labels.append(f"{labels[-1]} kernel alone")
+        cases.append(floor.run)
+        gated.append(True)
+
+    def report(self, labels: Sequence[str], medians: Sequence[Sequence[float]], width: int) -> list[str]:
+        """Rank 0's lines, one per row case with a floor: its median minus its kernel alone's,
+        on rank 0 and on each rank, and (several ranks) minus the largest rank's kernel alone:
+        the call's median is the slowest rank's pace, so this is its cost above the launch."""
+        if not self.of:
+            return []
+        several = len(medians) > 1
+        lines = ["# above its launch: the case's median minus its kernel alone's (rank 0"
+                 + ("; then each rank's; then the case's median minus the largest rank's kernel "
+                    "alone: the ranks are coupled, the case's median is the slowest rank's pace)"
+                    if several else ")")]
+        for case, floor in self.of.items():
+            each = [m[case] - m[floor] for m in medians]
+            text = f"  {labels[case]:{width}s} {each[0]:+8.1f} us"
+            if several:
+                coupled = medians[0][case] - max(m[floor] for m in medians)
+                text += "  ranks " + " ".join(f"{e:+.1f}" for e in each)
+                text += f"  above the slowest {coupled:+.1f} us"
+            lines.append(text)
+        return lines
 
 
 def _empty_launch(cupy) -> Callable[[], None]:

@@ -32,6 +32,7 @@ from ..core import descriptor
 from ..core.buffers import Buffer, Memory, check_pair, describe
 from ..core.errors import InvalidArgumentError, UnavailableError
 from ..core.ops import Op, check_op_dtype, dtype_code, normalize_op
+from ..cuda.launcher import BoundLaunch, StreamLaunch
 from .options import check_batches
 
 if TYPE_CHECKING:
@@ -129,6 +130,20 @@ class Dispatcher:
     def replays_kept(self) -> int:
         """Kept plans that hold a replay."""
         return sum(plan.replay is not None for plan in self._plans.values())
+
+    def bound_launches(self) -> list[BoundLaunch]:
+        """The bound launches of the kept plans whose replay enqueues one kernel on the caller's
+        stream (a :class:`~mpiring.cuda.launcher.StreamLaunch`: the one-launch rows, oneshot,
+        twoshot and oneshot-ll), in the order the plans were made; [] on host arrays and with
+        ``replay=False``. Read only (nothing here launches or changes): a tool times the same
+        launch alone beside the replayed call (``tools.enqueue``'s "kernel alone" rows). Each
+        stays valid while its plan is kept (:meth:`clear` drops them)."""
+        launches = []
+        for plan in self._plans.values():
+            enqueue = None if plan.replay is None else plan.replay.enqueue
+            if isinstance(enqueue, StreamLaunch):
+                launches.append(enqueue.launch)
+        return launches
 
     def clear(self) -> None:
         """Drop every plan (and so every replay: their launches name staging about to go), and

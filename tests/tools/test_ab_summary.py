@@ -1,10 +1,12 @@
-"""``tools.ab_summary`` over synthetic A/B files (each round's time per arm, new / base from the
-arms' means, points apart, wrong elements, refusals), and ``jobs/ab-node.sh`` run for real on the
-host transport: 2 ranks, base HEAD against this checkout, one round."""
+"""``tools.ab_summary`` over synthetic A/B files (each round's time per arm, arm / base from the
+arms' means, more arms than two, points apart, wrong elements, refusals), and ``jobs/ab-node.sh``
+run for real on the host transport: 2 ranks, base HEAD, a tarball of a tree and this checkout,
+one round."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,23 @@ def test_each_round_of_each_arm_and_the_ratio_of_their_means(tmp_path: Path) -> 
     assert lines[-1] == "# wrong elements over the ok rows: base 0, new 3"
 
 
+def test_every_arm_between_base_and_new_gets_its_ratio_to_base(tmp_path: Path) -> None:
+    for arm, times in (("base", (10.0, 12.0)), ("v2", (5.0, 6.0)), ("new", (8.0, 9.0)), ("v1", (11.0, 11.0))):
+        for k, t in enumerate(times, 1):
+            write(tmp_path, arm, k, [row(1024, "oneshot", t, wrong=1 if arm == "v1" else 0)])
+    files = runs(tmp_path)
+    assert list(files) == ["base", "v1", "v2", "new"]
+    lines = summarize(files)
+    assert lines[1].split()[-3:] == ["v1/base", "v2/base", "new/base"]
+    cells = lines[2].split()
+    assert cells[6:14] == ["10.00", "12.00", "11.00", "11.00", "5.00", "6.00", "8.00", "9.00"]
+    assert cells[14:] == [f"{11.0 / 11.0:.3f}", f"{5.5 / 11.0:.3f}", f"{8.5 / 11.0:.3f}"]
+    assert lines[-1] == "# wrong elements over the ok rows: base 0, v1 2, v2 0, new 0"
+    (tmp_path / "ab-v1-2_host_20261127.csv").unlink()
+    with pytest.raises(ValueError, match=r"rounds differ: base \[1, 2\], v1 \[1\]"):
+        runs(tmp_path)
+
+
 def test_points_not_timed_everywhere_are_set_apart(tmp_path: Path) -> None:
     write(tmp_path, "base", 1, [row(1024, "oneshot", 10.0), row(1024, "ring", 30.0)])
     write(tmp_path, "new", 1, [row(1024, "oneshot", 9.0), row(1024, "ring", None, status="error"),
@@ -65,18 +84,35 @@ def test_arms_that_cannot_be_compared_exit_2(tmp_path: Path, capsys: pytest.Capt
     assert out.read_text() == capsys.readouterr().out
 
 
-def test_the_job_script_runs_both_arms_on_the_host_transport(tmp_path: Path, job) -> None:
-    """jobs/ab-node.sh, base HEAD, one round, 2 ranks, host arrays: both arms' files and a summary
-    whose every point was timed by both (HEAD's tree from git archive, this checkout beside it)."""
+def test_the_job_script_runs_every_arm_on_the_host_transport(tmp_path: Path, job) -> None:
+    """jobs/ab-node.sh, base HEAD, a tarball of HEAD's tree and this checkout, one round, 2 ranks,
+    host arrays: every arm's files and a summary whose every point was timed by all three."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs git and this checkout's history")
-    done = job("ab-node.sh", ["HEAD", "--", "--host", "-b", "1K", "-e", "2K", "--algo", "ring,mpi-direct"],
-               limit=280, NGPUS="2", OUTDIR=str(tmp_path), ROUNDS="1", TIMEOUT="200")
+    tarball = tmp_path / "trees" / "v1.tar"
+    tarball.parent.mkdir()
+    subprocess.run(["git", "archive", "-o", str(tarball), "HEAD"], cwd=ROOT, check=True)
+    out = tmp_path / "out"
+    done = job("ab-node.sh", ["HEAD", str(tarball), "--", "--host", "-b", "1K", "-e", "2K",
+                              "--algo", "ring,mpi-direct"],
+               limit=400, NGPUS="2", OUTDIR=str(out), ROUNDS="1", TIMEOUT="200")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    names = sorted(p.name.split("_")[0] for p in tmp_path.glob("ab-*.csv"))
-    assert names == ["ab-base-1", "ab-new-1"]
-    table = [line.split() for line in (tmp_path / "summary.txt").read_text().splitlines()
-             if not line.startswith("#")][1:]
+    names = sorted(p.name.split("_")[0] for p in out.glob("ab-*.csv"))
+    assert names == ["ab-base-1", "ab-new-1", "ab-v1-1"]
+    summary = (out / "summary.txt").read_text()
+    table = [line.split() for line in summary.splitlines() if not line.startswith("#")][1:]
     assert sorted((cells[1], cells[5]) for cells in table) == [
         ("mpi-direct", "1024"), ("mpi-direct", "2048"), ("ring", "1024"), ("ring", "2048")]
-    assert "# wrong elements over the ok rows: base 0, new 0" in (tmp_path / "summary.txt").read_text()
+    assert all(len(cells) == 6 + 3 + 2 for cells in table)  # a time per arm, v1/base and new/base
+    assert "# wrong elements over the ok rows: base 0, v1 0, new 0" in summary
+
+
+def test_the_job_script_refuses_an_arm_it_cannot_name(tmp_path: Path, job) -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and this checkout's history")
+    tarball = tmp_path / "new.tar"
+    subprocess.run(["git", "archive", "-o", str(tarball), "HEAD"], cwd=ROOT, check=True)
+    done = job("ab-node.sh", ["HEAD", str(tarball), "--", "--host"], limit=60, NGPUS="2",
+               OUTDIR=str(tmp_path / "out"))
+    assert done.returncode == 2 and "arm name 'new'" in done.stderr
+    assert not list((tmp_path / "out").glob("ab-*"))

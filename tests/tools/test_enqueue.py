@@ -76,6 +76,7 @@ class _World:
 
     def __init__(self, rank: int, others: dict[int, object]) -> None:
         self.rank, self.others = rank, others
+        self.size = len(others) + 1
 
     def allgather(self, mine: object) -> list[object]:
         return [mine if r == self.rank else self.others[r] for r in range(len(self.others) + 1)]
@@ -109,3 +110,63 @@ def test_a_refusal_on_one_rank_skips_the_case_on_every_rank() -> None:
     assert enqueue.first_refusal(_World(1, {0: None, 2: own}), comm, lambda: None) == own[2]
     mine = _raise(InvalidArgumentError("this rank's own"))
     assert enqueue.first_refusal(_World(0, {1: own, 2: own}), comm, mine) == "this rank's own"
+
+
+# -- the "kernel alone" cases and their "above its launch" lines, without a GPU ------------------
+
+
+class _Kept:
+    """A communicator's ``bound_launches()``, as a test sets them."""
+
+    def __init__(self, *launches: object) -> None:
+        self.launches = list(launches)
+
+    def bound_launches(self) -> list[object]:
+        return list(self.launches)
+
+
+def test_kernel_alone_takes_the_one_launch_a_call_kept_where_every_rank_has_one() -> None:
+    old, new = object(), object()
+    comm = _Kept(old)
+    alone = enqueue.KernelAlone(_World(0, {1: True}), None, 0)
+    before = comm.bound_launches()
+    assert alone.launch_since(comm, before) is None  # the call kept nothing new
+    comm.launches.append(new)
+    assert alone.launch_since(comm, before) is new
+    elsewhere = enqueue.KernelAlone(_World(0, {1: False}), None, 0)
+    assert elsewhere.launch_since(comm, before) is None  # rank 1 found none: no case anywhere
+    comm.launches.append(object())
+    assert alone.launch_since(comm, before) is None  # two: which one is not known
+
+
+def test_above_its_launch_per_rank_and_above_the_slowest_ranks_launch() -> None:
+    alone = enqueue.KernelAlone(_World(0, {1: None}), None, 0)
+    alone.of = {1: 2, 3: 4}
+    labels = ["copy", "oneshot (check gpu)", "oneshot (check gpu) kernel alone", "twoshot (check off)",
+              "twoshot (check off) kernel alone"]
+    medians = [[1.0, 9.0, 4.0, 8.0, 4.5], [1.0, 8.5, 5.0, 8.0, 4.0]]
+    header, one, two = alone.report(labels, medians, 40)
+    assert header.startswith("# above its launch: the case's median minus its kernel alone's (rank 0; ")
+    # rank 0: 9.0 - 4.0; rank 1: 8.5 - 5.0; the case's median (rank 0's) - the largest floor (5.0)
+    assert one == "  " + labels[1].ljust(40) + "     +5.0 us  ranks +5.0 +3.5  above the slowest +4.0 us"
+    assert two == "  " + labels[3].ljust(40) + "     +3.5 us  ranks +3.5 +4.0  above the slowest +3.5 us"
+    alone.of = {1: 2}
+    (_, single) = alone.report(labels[:3], [medians[0][:3]], 40)
+    assert single.endswith("+5.0 us")  # one rank: its own figure alone
+    alone.of = {}
+    assert alone.report(labels, medians, 40) == []
+
+
+def test_where_the_floor_cannot_be_built_one_line_says_why(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(enqueue.launch_floor, "load", lambda: (None, "no C compiler 'gcc'"))
+    assert enqueue.KernelAlone.make(_World(0, {1: ""})) is None
+    assert capsys.readouterr().out == "# (no launch floor: no C compiler 'gcc', on rank 0)\n"
+    monkeypatch.setattr(enqueue.launch_floor, "load", lambda: (object(), ""))
+    monkeypatch.setattr(enqueue.launch_floor, "driver_launch_address", lambda: 0x1234)
+    assert enqueue.KernelAlone.make(_World(1, {0: "no Python.h"})) is None  # rank 0's reason: it prints
+    assert capsys.readouterr().out == ""
+    assert enqueue.KernelAlone.make(_World(0, {1: "no Python.h"})) is None
+    assert capsys.readouterr().out == "# (no launch floor: no Python.h, on rank 1)\n"
+    made = enqueue.KernelAlone.make(_World(0, {1: ""}))
+    assert made is not None and made.address == 0x1234

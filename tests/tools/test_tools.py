@@ -22,8 +22,8 @@ COMMANDS = ("ab_summary", "barrier_cost", "board_wait", "build_hotpath", "ce_pat
 def test_the_tools_are_the_experiments_that_left_the_package() -> None:
     assert MODULES == [
         "ab_summary", "barrier_cost", "board_wait", "build_hotpath", "ce_patterns", "enqueue",
-        "kernel_resources", "kernels", "replay_bench", "scaleout", "shipped", "soak_faults", "starve",
-        "starve_calls", "streamprog_bench", "targets", "thin_fatbin", "timeline"]
+        "kernel_resources", "kernels", "launch_floor", "replay_bench", "scaleout", "shipped", "soak_faults",
+        "starve", "starve_calls", "streamprog_bench", "targets", "thin_fatbin", "timeline"]
     for name in MODULES:
         assert not (ROOT / "mpiring" / "bench" / f"{name}.py").exists(), name
     assert not (ROOT / "mpiring" / "bench" / "csrc").exists()
