@@ -508,8 +508,7 @@ class Communicator:
         :func:`mpiring.trace.alltoall_timeline` (and tests) set and put back
         (:class:`mpiring.ring.alltoall_tracing.TraceHook`). Per rank, not collective: it makes
         nothing of the row (its first call makes its staging). Raises
-        :class:`UnavailableError` without GPUs (``gpu=False``, or closed): the row runs on GPU
-        arrays only."""
+        :class:`UnavailableError` without GPUs (``gpu=False``, or closed): GPU arrays only."""
         if self._held.gpu is None:
             raise UnavailableError("this communicator has no GPUs (gpu=False, or closed): ce-twoshot "
                                    "runs on GPU arrays only")

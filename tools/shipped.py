@@ -68,9 +68,11 @@ SOURCES: dict[int, tuple[Overlay, Overlay]] = {
          Source("results/h200x2-7230227.csv")),
         (Source("results/h200x2-graph-small-682f42d.csv", 1 << 20),
          Source("results/h200x2-graph-7230227.csv"))),
-    4: ((Source("results/h200x4-small-a280745.csv", 4 << 20),
+    4: ((Source("results/h200x4-small-edc9fe7.csv", 4 << 20),
+         Source("results/h200x4-mid-3aabc14.csv", 256 << 20),
          Source("results/h200x4-785a13a.csv")),
-        (Source("results/h200x4-graph-small-a280745.csv", 4 << 20),
+        (Source("results/h200x4-graph-small-3aabc14.csv", 512 << 10),
+         Source("results/h200x4-graph-small-edc9fe7.csv", 4 << 20),
          Source("results/h200x4-graph-785a13a.csv"))),
 }
 # Per rank count, a committed makespan run (python -m mpiring.bench --overlap gemm,train, every
