@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import toy_algorithm
+from keyed_arrays import Keyed
 from mpi4py import MPI
 from mpi_support import all_ok
 
@@ -32,22 +32,6 @@ def bind(backend, call):
 
 
 ROW = dataclasses.replace(toy_algorithm.ROW, name="toy-replayed", code=98, bind=bind)
-
-
-class Keyed:
-    """A host array with what mpiring.call.replay's key reads off a CuPy array (``data.ptr``,
-    ``shape``, ``strides``, ``dtype``), described to mpiring through DLPack."""
-
-    def __init__(self, a: np.ndarray) -> None:
-        self.a = a
-        self.data = SimpleNamespace(ptr=a.ctypes.data)
-        self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
-
-    def __dlpack__(self, *args, **kwargs):
-        return self.a.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from keyed_arrays import Keyed
 from mpi4py import MPI
 
 import mpiring
@@ -149,21 +150,6 @@ def test_the_driver_address_is_libcudas_or_says_why_not() -> None:
 
 
 # -- a communicator's kept launches, alone: a host row whose replay is one bound launch -------
-
-
-class Keyed:
-    """A host array with what the replay's key reads off a CuPy array (as tests/mpi/test_mpi_replay.py's)."""
-
-    def __init__(self, a: np.ndarray) -> None:
-        self.a = a
-        self.data = SimpleNamespace(ptr=a.ctypes.data)
-        self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
-
-    def __dlpack__(self, *args, **kwargs):
-        return self.a.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
 
 
 def test_a_communicators_kept_launch_alone_is_the_one_its_replays_make(module) -> None:
