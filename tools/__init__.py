@@ -2,6 +2,7 @@
 wheel holds ``mpiring*`` only), run from a checkout, each as a module from the repository root::
 
     python -m tools.enqueue [...]       # host time of one eager call, per algorithm (mpiexec too)
+    python -m tools.host_anatomy [...]  # where a replayed GPU call's host time goes, piece by piece
     python -m tools.board_wait [...]    # one barrier through the node's control board (mpiexec)
     python -m tools.timeline [...]      # where a ring or ce-twoshot call's time goes (a GEMM beside)
     python -m tools.starve [...]        # how long a fold-sized kernel waits for SMs beside a GEMM

@@ -92,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def per_call_us(rounds: int, calls: int, cases: list[Callable[[], None]], sync: Callable[[], None],
+def per_call_us(rounds: int, calls: int, cases: Sequence[Callable[[], object]], sync: Callable[[], None],
                 world: MPI.Intracomm, gate: Gate | None = None,
                 gated: Sequence[bool] | None = None) -> list[list[float]]:
     """Microseconds per call of each case, one list entry per round; rounds interleave the cases.

@@ -37,7 +37,7 @@ enum {
 };
 
 #define MAX_PEERS 512    /* node ranks whose FAILED words are read (a GPU node has at most 8) */
-#define MAX_DEPTH 8      /* agreement lines per rank (mpiring.node.signals.AGREE: 4) */
+#define MAX_DEPTH 16     /* agreement lines per rank (mpiring.node.signals.AGREE_DEPTH) */
 #define MAX_LINE_WORDS 16 /* a descriptor line: AGREE_LINES * COUNTER_STRIDE int64 words */
 
 /* cuLaunchKernel's signature (cuda.h), with CUfunction and CUstream as plain pointers. */

@@ -6,10 +6,11 @@ Each call (:class:`AgreementCheck`) compares one descriptor per rank: a rejectio
 rank + 1 if a rank rejected its own arguments, else 0) and the call's fields (:mod:`mpiring.core.fields`).
 
 * **One node** (every rank of the communicator shares the node's control board): each rank
-  writes its descriptor into its board lines ``AGREE[k % D]`` (``D = 4``) for check ``k``, then
-  posts ``k`` in its ``CALLS`` counter (the post fences first, so the descriptor is visible
-  before the count); it waits, bounded, until every rank's count reaches ``k``, fences, and
-  reads every descriptor. No MPI call: what it costs is mostly the wait for the slowest rank.
+  writes its descriptor into its board lines ``AGREE[k % D]`` (``D = AGREE_DEPTH``, 16) for
+  check ``k``, then posts ``k`` in its ``CALLS`` counter (the post fences first, so the
+  descriptor is visible before the count); it waits, bounded, until every rank's count
+  reaches ``k``, fences, and reads every descriptor. No MPI call: what it costs is mostly the
+  wait for the slowest rank.
   Reuse: before a rank writes line ``k % D`` it waits until every rank posted ``k - D + 1``,
   which each rank does only after it finished reading check ``k - D`` (the line's last use).
 * **Calls checked on the GPU** (one node, a row with ``gpu_check``, :meth:`AgreementCheck.post`):

@@ -33,8 +33,6 @@ from mpi4py import MPI
 from ..core.errors import MpiringTimeoutError, PeerFailedError
 
 COUNTER_STRIDE = 8  # int64 words between counters: one 64-byte line each
-NUM_COUNTERS = 20
-HEADER_BYTES = NUM_COUNTERS * COUNTER_STRIDE * 8
 PAYLOAD_ALIGN = 4096
 
 # Counter indices in a rank's row.
@@ -49,10 +47,16 @@ CLOSING = 9  # this rank's part in closing the board (by this rank): CLOSE_READY
 CLOSE_READY, ABANDONED = 1, 2
 FAILED = 10  # nonzero once this rank's communicator failed (by this rank): peers stop at once
 # Not counters: whole 64-byte lines holding this rank's descriptor of agreement check k in
-# lines AGREE[k % 4] .. AGREE[k % 4] + AGREE_LINES - 1 (16 int64 words, of which
-# mpiring.call.agreement uses 1 + len(FIELDS)), written before CALLS announces k.
+# lines AGREE[k % AGREE_DEPTH] .. + AGREE_LINES - 1 (16 int64 words, of which
+# mpiring.call.agreement uses 1 + len(FIELDS)), written before CALLS announces k. The depth
+# bounds how far a rank that posts without waiting runs ahead of the slowest (AGREE_DEPTH - 1
+# calls): deep enough that a rank late by a few calls does not stall the others, and that a
+# posting rank reads its peers' CALLS lines once every few calls, not every other call.
 AGREE_LINES = 2
-AGREE = (11, 13, 15, 17)
+AGREE_DEPTH = 16
+AGREE = tuple(range(11, 11 + AGREE_LINES * AGREE_DEPTH, AGREE_LINES))
+NUM_COUNTERS = AGREE[-1] + AGREE_LINES  # lines per rank (2 KiB of them descriptors)
+HEADER_BYTES = NUM_COUNTERS * COUNTER_STRIDE * 8
 
 ABANDONED_REQUESTS: list[tuple] = []  # requests that timed out, with their buffers: see Waiter.request
 ABANDONED_WINDOWS: list[MPI.Win] = []  # windows of boards abandoned: see SharedBoard.close

@@ -43,3 +43,27 @@ def test_enqueue_times_every_row_on_every_gpu() -> None:
         line = next((x for x in out.splitlines() if x.strip().startswith(f"{algo} (check gpu)")), None)
         assert line is not None and re.search(r"\d+\.\d+ us", line), out
     assert "# cProfile of 40 calls of oneshot (check gpu)" in out, out
+
+
+@pytest.mark.parametrize("algo", ["oneshot", "oneshot-ll"])
+def test_host_anatomy_times_every_piece_on_every_gpu(algo: str) -> None:
+    """``mpirun -n <GPUs> python -m tools.host_anatomy --algo ALGO``: every piece and every
+    difference, one column per rank, from one job that ends."""
+    from tools import host_anatomy
+
+    ranks = cupy.cuda.runtime.getDeviceCount()
+    if ranks < 2:
+        pytest.skip("needs 2 GPUs")
+    if os.environ.get("MPIRING_SHARE_GPU"):
+        pytest.skip("one rank per GPU: the tool's job is what this tests")
+    argv = [sys.executable, "-m", "tools.host_anatomy", "--algo", algo, "--calls", "40", "--rounds", "2"]
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    status, out = run(ranks, argv, {"PYTHONPATH": path}, limit=240)
+    assert status == 0, f"exit status {status}:\n{out}"
+    assert f"{algo}, 8 KiB float32 sum, {ranks} rank(s)" in out, out
+    labels = [*host_anatomy.CASES, *(label for label, _ in host_anatomy.DIFFERENCES)]
+    for label in labels:
+        line = next((x for x in out.splitlines() if x.strip().startswith(label)), None)
+        assert line is not None, out
+        values = line.strip()[len(label):].split()  # one per rank
+        assert len(values) == ranks and all(re.fullmatch(r"[+-]?\d+", v) for v in values), line

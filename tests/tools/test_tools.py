@@ -15,13 +15,13 @@ ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "tools").glob("*.py") if p.stem != "__init__")
 # the ones with a main()
 COMMANDS = ("ab_summary", "barrier_cost", "board_wait", "build_hotpath", "ce_patterns", "enqueue",
-            "kernel_resources", "replay_bench", "scaleout", "shipped", "soak_faults", "starve",
-            "streamprog_bench", "targets", "thin_fatbin", "timeline")
+            "host_anatomy", "kernel_resources", "replay_bench", "scaleout", "shipped", "soak_faults",
+            "starve", "streamprog_bench", "targets", "thin_fatbin", "timeline")
 
 
 def test_the_tools_are_the_experiments_that_left_the_package() -> None:
     assert MODULES == [
-        "ab_summary", "barrier_cost", "board_wait", "build_hotpath", "ce_patterns", "enqueue",
+        "ab_summary", "barrier_cost", "board_wait", "build_hotpath", "ce_patterns", "enqueue", "host_anatomy",
         "kernel_resources", "kernels", "launch_floor", "replay_bench", "scaleout", "shipped", "soak_faults",
         "starve", "starve_calls", "streamprog_bench", "targets", "thin_fatbin", "timeline"]
     for name in MODULES:
