@@ -9,12 +9,12 @@ import numpy as np
 
 class Keyed:
     """A host array with what mpiring.call.replay's key reads off a CuPy array (``data.ptr``,
-    ``size``, ``flags``, ``dtype``), described to mpiring through DLPack."""
+    ``shape``, ``strides``, ``dtype``), described to mpiring through DLPack."""
 
     def __init__(self, a: np.ndarray) -> None:
         self.a = a
         self.data = SimpleNamespace(ptr=a.ctypes.data)
-        self.size, self.flags, self.dtype = a.size, a.flags, a.dtype
+        self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
 
     def __dlpack__(self, *args, **kwargs):
         return self.a.__dlpack__(*args, **kwargs)

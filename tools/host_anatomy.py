@@ -11,8 +11,8 @@ rank's GPU arrays, the rounds that launch held behind :class:`tools.enqueue.Gate
 
 * ``empty``: the loop calling an empty Python function (what every case below also pays);
 * ``stream``: ``cupy.cuda.get_current_stream()``, which every replay calls (the stream order);
-* ``key``: the key's attribute reads in Python (``data.ptr``, ``size``, ``flags.c_contiguous``,
-  ``dtype`` of both arrays), which the call table makes in C (through the same CuPy getters);
+* ``key``: the key's attribute reads in Python (``data.ptr``, ``shape``, ``strides``, ``dtype``
+  of both arrays), which the call table makes in C (CuPy's getters build the tuples either way);
 * ``alone``: the call's kernel launched alone (:mod:`tools.launch_floor`);
 * ``key+alone``: the key's reads, then the kernel alone (does the launch slow down beside them?);
 * ``table``: the call table's ``run()`` called directly (the call without the frame of
@@ -142,8 +142,7 @@ def _measure(args: argparse.Namespace, world: MPI.Intracomm, off: Communicator, 
         pass
 
     def key() -> tuple:  # what CallKeys.key reads off both arrays
-        return ((x.data.ptr, x.size, x.flags.c_contiguous, x.dtype),
-                (out.data.ptr, out.size, out.flags.c_contiguous, out.dtype))
+        return (x.data.ptr, x.shape, x.strides, x.dtype), (out.data.ptr, out.shape, out.strides, out.dtype)
 
     def key_alone() -> None:
         key()

@@ -259,8 +259,8 @@ class MemoryPointer:
 
 class CupyLike(np.ndarray):
     """CuPy's ``ndarray`` as a call's key reads it, at about its cost: ``data.ptr`` (C-level
-    attributes, as CuPy's Cython ones), ``size``, ``flags`` (an object made at every read, as
-    CuPy's) and its ``c_contiguous``, ``dtype``. Host memory: nothing reads it."""
+    attributes, as CuPy's Cython ones), ``shape`` and ``strides`` (a tuple built at every
+    read, as CuPy's), ``dtype``. Host memory: nothing reads it."""
 
     __slots__ = ("data",)
 

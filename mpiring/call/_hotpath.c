@@ -487,16 +487,16 @@ static PyTypeObject CallLockType = {
 /* ---- CallTable: the call's key read off its arrays, the lookup, the replay, in one C call ----
 
    Before a HotReplay runs, Python read the call's key off its arrays (CallKeys.key: the
-   pointer, size and dtype of recvbuf and sendbuf, each contiguous, the op, the algorithm, the
+   pointer, shape, strides and dtype of recvbuf and sendbuf, the op, the algorithm, the
    batches, the collective) and looked its plan up (Dispatcher.planned): about as much host
    time as the whole compiled replay. A CallTable (one per communicator) reads the same
    fields in C and finds the HotReplay of that shape in a table of its own, which Python fills
    (learn) from the plans whose replays it ran, and empties whenever the plans go
    (Dispatcher.clear, the algorithm table's version). Its key is never coarser than Python's:
 
-   - recvbuf and sendbuf must be exactly the array type (CuPy's ndarray) and contiguous
-     (flags.c_contiguous or flags.f_contiguous); their pointer (data.ptr) and size must be
-     ints, compared by value; their dtype by identity;
+   - recvbuf and sendbuf must be exactly the array type (CuPy's ndarray); their pointer
+     (data.ptr), shape and strides must be ints (at most MAX_DIMS of each), compared by value;
+     their dtype by identity;
    - sendbuf None or MPI.IN_PLACE is "in place", as in Python;
    - the collective, op and algorithm by identity, batches None or an int by value.
 
@@ -512,6 +512,7 @@ static PyTypeObject CallLockType = {
    (HotReplay's other outcomes) it hands to Replayer.finish under the lock, as _collective does:
    a False there (the full path must run it: nothing was done) is None here. */
 
+#define MAX_DIMS 8          /* an array's dimensions the table keys (more: Python's key only) */
 #define TABLE_SLOTS 8192    /* open addressing (pointers to entries), a power of two */
 #define TABLE_ENTRIES 4096  /* entries held (dispatch.PLAN_ENTRIES): a learn beyond drops them all */
 
@@ -519,7 +520,8 @@ static PyTypeObject CallLockType = {
 typedef struct {
     int64_t ptr;
     PyObject *dtype;        /* identity; owned while a key is read, and by an entry */
-    int64_t size;           /* elements */
+    int64_t shape_n, strides_n;
+    int64_t shape[MAX_DIMS], strides[MAX_DIMS];
 } BufferKey;
 
 typedef struct {
@@ -554,11 +556,10 @@ typedef struct {
     PyObject *keep;         /* owner of the version word */
     Entry **slots;          /* TABLE_SLOTS pointers; an entry is allocated when learned */
     Py_ssize_t entries;
-    /* how the key's attributes are read (get_attr) */
-    AttrCache data, ptr, size, flags, c_contiguous, f_contiguous, dtype;
+    AttrCache data, ptr, shape, strides, dtype; /* how the key's attributes are read (get_attr) */
 } CallTable;
 
-static PyObject *str_data, *str_ptr, *str_size, *str_flags, *str_c_contiguous, *str_f_contiguous, *str_dtype;
+static PyObject *str_data, *str_ptr, *str_shape, *str_strides, *str_dtype;
 
 /* obj.name as PyObject_GetAttr reads it, without its generic lookup where it can: for a type
    whose getattr is the generic one, a data descriptor found on the type wins over anything
@@ -609,23 +610,20 @@ static int int64_of(PyObject *obj, int64_t *out) {
     return 1;
 }
 
-/* Whether a flags object (CuPy's, NumPy's) says its array is contiguous, C or Fortran order
-   (as mpiring.core.buffers requires): 1 yes, 0 no, -1 an exception set. */
-static int contiguous(CallTable *t, PyObject *flags) {
-    PyObject *c = get_attr(&t->c_contiguous, flags, str_c_contiguous);
-    int truth = c == NULL ? -1 : PyObject_IsTrue(c);
-    Py_XDECREF(c);
-    if (truth != 0)
-        return truth;
-    PyObject *f = get_attr(&t->f_contiguous, flags, str_f_contiguous);
-    truth = f == NULL ? -1 : PyObject_IsTrue(f);
-    Py_XDECREF(f);
-    return truth;
+/* A tuple of at most MAX_DIMS exact ints (1), or not (0). */
+static int dims_of(PyObject *obj, int64_t *out, int64_t *n) {
+    if (obj == NULL || !PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) > MAX_DIMS)
+        return 0;
+    *n = PyTuple_GET_SIZE(obj);
+    for (Py_ssize_t i = 0; i < *n; i++)
+        if (!int64_of(PyTuple_GET_ITEM(obj, i), &out[i]))
+            return 0;
+    return 1;
 }
 
 /* What CallKeys.key reads off one array: 1 keyed (key->dtype owned), 0 not (no exception left:
-   Python reads it again and runs the call, or raises there), -1 an exception that is no
-   Exception (e.g. KeyboardInterrupt, raised by Python code a getter ran): it propagates. */
+   Python reads it again and raises there), -1 an exception that is no Exception (e.g.
+   KeyboardInterrupt, raised by Python code a getter ran): it propagates. */
 static int read_buffer(CallTable *t, PyObject *buf, BufferKey *key) {
     if ((PyObject *)Py_TYPE(buf) != t->array_type)
         return 0;
@@ -635,14 +633,14 @@ static int read_buffer(CallTable *t, PyObject *buf, BufferKey *key) {
     int ok = ptr != NULL && int64_of(ptr, &key->ptr);
     Py_XDECREF(ptr);
     if (ok) {
-        PyObject *size = get_attr(&t->size, buf, str_size);
-        ok = size != NULL && int64_of(size, &key->size);
-        Py_XDECREF(size);
+        PyObject *shape = get_attr(&t->shape, buf, str_shape);
+        ok = dims_of(shape, key->shape, &key->shape_n);
+        Py_XDECREF(shape);
     }
-    if (ok) { /* a strided array has no key: the full path describes it, and refuses it */
-        PyObject *flags = get_attr(&t->flags, buf, str_flags);
-        ok = flags != NULL && contiguous(t, flags) == 1;
-        Py_XDECREF(flags);
+    if (ok) {
+        PyObject *strides = get_attr(&t->strides, buf, str_strides);
+        ok = dims_of(strides, key->strides, &key->strides_n);
+        Py_XDECREF(strides);
     }
     if (ok) {
         key->dtype = get_attr(&t->dtype, buf, str_dtype);
@@ -662,7 +660,12 @@ static void release_key(CallKey *key) {
 }
 
 static uint64_t hash_buffer(uint64_t h, const BufferKey *b) {
-    return mix(mix(mix(h, (uint64_t)b->ptr), (uint64_t)(uintptr_t)b->dtype), (uint64_t)b->size);
+    h = mix(mix(mix(h, (uint64_t)b->ptr), (uint64_t)(uintptr_t)b->dtype), (uint64_t)b->shape_n);
+    for (int64_t i = 0; i < b->shape_n; i++)
+        h = mix(h, (uint64_t)b->shape[i]);
+    for (int64_t i = 0; i < b->strides_n; i++)
+        h = mix(h, (uint64_t)b->strides[i]);
+    return h;
 }
 
 /* The key of a call (collective, sendbuf, recvbuf, op, algorithm, batches): 1, with the dtypes
@@ -736,7 +739,7 @@ static int CallTable_traverse(CallTable *t, visitproc visit, void *arg) {
     Py_VISIT(t->release);
     Py_VISIT(t->finish);
     Py_VISIT(t->keep);
-    AttrCache *caches[] = {&t->data, &t->ptr, &t->size, &t->flags, &t->c_contiguous, &t->f_contiguous, &t->dtype};
+    AttrCache *caches[] = {&t->data, &t->ptr, &t->shape, &t->strides, &t->dtype};
     for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]); i++) {
         Py_VISIT((PyObject *)caches[i]->type);
         Py_VISIT(caches[i]->descr);
@@ -766,7 +769,7 @@ static int CallTable_clear_refs(CallTable *t) {
     Py_CLEAR(t->release);
     Py_CLEAR(t->finish);
     Py_CLEAR(t->keep);
-    AttrCache *caches[] = {&t->data, &t->ptr, &t->size, &t->flags, &t->c_contiguous, &t->f_contiguous, &t->dtype};
+    AttrCache *caches[] = {&t->data, &t->ptr, &t->shape, &t->strides, &t->dtype};
     for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]); i++)
         clear_attr(caches[i]);
     return 0;
@@ -1098,8 +1101,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     if (PyType_Ready(&HotReplayType) < 0 || PyType_Ready(&CallTableType) < 0 || PyType_Ready(&CallLockType) < 0)
         return NULL;
     struct { PyObject **name; const char *text; } interned[] = {
-        {&str_data, "data"}, {&str_ptr, "ptr"}, {&str_size, "size"}, {&str_flags, "flags"},
-        {&str_c_contiguous, "c_contiguous"}, {&str_f_contiguous, "f_contiguous"}, {&str_dtype, "dtype"}};
+        {&str_data, "data"}, {&str_ptr, "ptr"}, {&str_shape, "shape"}, {&str_strides, "strides"},
+        {&str_dtype, "dtype"}};
     for (size_t i = 0; i < sizeof(interned) / sizeof(interned[0]); i++)
         if (*interned[i].name == NULL && (*interned[i].name = PyUnicode_InternFromString(interned[i].text)) == NULL)
             return NULL;
@@ -1109,6 +1112,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     if (PyModule_AddObjectRef(m, "HotReplay", (PyObject *)&HotReplayType) < 0
         || PyModule_AddObjectRef(m, "CallTable", (PyObject *)&CallTableType) < 0
         || PyModule_AddObjectRef(m, "CallLock", (PyObject *)&CallLockType) < 0
+        || PyModule_AddIntConstant(m, "MAX_DIMS", MAX_DIMS) < 0
         || PyModule_AddIntConstant(m, "TABLE_ENTRIES", TABLE_ENTRIES) < 0
         || PyModule_AddIntConstant(m, "FALLBACK", FALLBACK) < 0
         || PyModule_AddIntConstant(m, "REPLAYED", REPLAYED) < 0

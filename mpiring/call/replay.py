@@ -2,8 +2,8 @@
 
 A call's full path describes its buffers, plans it (checks, ``auto``, the descriptor:
 :mod:`mpiring.call.dispatch`), checks it against the peers' calls and enqueues it. Every decision
-on that path depends only on the call's *shape* — the buffers' addresses, element counts,
-dtypes and contiguity, the op, the algorithm and batches asked for, the collective — and on the
+on that path depends only on the call's *shape* — the buffers' addresses, shapes, strides
+and dtypes, the op, the algorithm and batches asked for, the collective — and on the
 communicator's fixed settings (and, for some rows of ``auto``, on whether a CUDA graph is
 being captured). So once a call of a row with a ``bind`` entry has run, the call's plan
 (:class:`mpiring.call.dispatch.Plan`, kept per shape: the one cache of a call's decisions)
@@ -27,10 +27,8 @@ Compiled: where the extension is built, a replay of one bound launch also has a 
 that does all of the above in one C call, handing anything rare back to this Python
 (:mod:`mpiring.call.hot_replay`).
 
-CuPy arrays and CUDA torch tensors are keyed (a CuPy array by its pointer, size and dtype,
-where its flags say it is contiguous: what the full path describes it by, without the tuples
-that CuPy builds at every read of ``shape`` and ``strides``; a tensor by its pointer, shape,
-strides and dtype); every other argument type takes the full path. A torch tensor's call, replayed
+CuPy arrays and CUDA torch tensors are keyed (their pointer, shape, strides and dtype are
+cheap to read); every other argument type takes the full path. A torch tensor's call, replayed
 or not, runs on torch's current stream (:mod:`mpiring.cuda.streams`), which the communicator
 reads at every such call. A replay is never
 learned for a call that needs more than its launch and its check: ``avg`` on a row that sums then
@@ -78,8 +76,8 @@ class CallKeys:
     replay a call that ran may leave for later calls of its shape.
 
     Args:
-        array_type: the array type keyed by ``data.ptr``, ``size``, ``dtype``, where
-            ``flags`` says C or Fortran contiguous (``cupy.ndarray``); None: no type is.
+        array_type: the array type keyed by ``data.ptr``, ``shape``, ``strides``, ``dtype``
+            (``cupy.ndarray``); None: no type is.
         tensors: whether CUDA torch tensors are keyed too (by ``data_ptr()``, ``shape``,
             ``stride()``, ``dtype``), once the program has imported torch.
     """
@@ -127,8 +125,9 @@ class CallKeys:
 
     def _buffer_key(self, buf: Any) -> Key | None:
         """What a buffer's key holds; None: a type that is not keyed (or a CPU tensor)."""
-        if type(buf) is self._array_type:
-            return _array_key(buf)
+        array: Any = self._array_type
+        if type(buf) is array:
+            return (buf.data.ptr, buf.shape, buf.strides, buf.dtype)
         # A lazy negation shares its base's pointer, shape, strides and dtype: it takes the full
         # path, whose description refuses it (as it does a sparse tensor, which has no pointer).
         if self.is_tensor(buf) and buf.is_cuda and buf.layout is self._strided and not buf.is_neg():
@@ -138,9 +137,13 @@ class CallKeys:
     def key(self, collective: int, sendbuf: Any, recvbuf: Any, op: Any, algorithm: Any,
             batches: Any) -> Key | None:
         """The call's shape as a key, or None when an argument is of a type that is not keyed."""
-        recv = self._buffer_key(recvbuf)
-        if recv is None:
-            return None
+        array: Any = self._array_type
+        if type(recvbuf) is array and array is not None:  # the common case, inline
+            recv: Key | None = (recvbuf.data.ptr, recvbuf.shape, recvbuf.strides, recvbuf.dtype)
+        else:
+            recv = self._buffer_key(recvbuf)
+            if recv is None:
+                return None
         if sendbuf is None or sendbuf is MPI.IN_PLACE:
             send: Key | None = _IN_PLACE
         else:
@@ -159,17 +162,6 @@ class CallKeys:
         # Never equal to the dispatcher's keys of described buffers, which start with "described"
         # (one cache holds both).
         return (collective, recv, send, op_key, algorithm, batches, algorithms.version())
-
-
-def _array_key(buf: Any) -> Key | None:
-    """A CuPy array's part of a key: what the full path describes it by (its pointer, element
-    count and dtype: mpiring.core.buffers), where it is contiguous; None (the full path, which
-    refuses it) where it is strided. Its shape is not read: an array reshaped in place, or
-    another view of the same memory, is the same buffer to every row."""
-    flags = buf.flags
-    if not (flags.c_contiguous or flags.f_contiguous):
-        return None
-    return (buf.data.ptr, buf.size, buf.dtype)
 
 
 def replay_for(collective: Collective, prepared: Prepared, checked: bool,
