@@ -141,3 +141,15 @@ def test_the_design_page_draws_the_staging_as_layout_py_does() -> None:
     lines = [line.strip() for line in drawing.group(1).splitlines()]
     page = [line.strip() for line in PAGES["docs/design.md"].splitlines()]
     assert any(page[i:i + len(lines)] == lines for i in range(len(page))), "\n".join(lines)
+
+
+def test_the_design_page_states_the_control_boards_size() -> None:
+    """docs/design.md's memory per communicator gives the board's bytes per rank as signals lays
+    them out (its lines, and the agreement check's descriptors)."""
+    from mpiring.node.signals import AGREE_DEPTH, AGREE_LINES, HEADER_BYTES, NUM_COUNTERS
+
+    text = " ".join(PAGES["docs/design.md"].split())
+    stated = (f"{HEADER_BYTES:,} bytes of node shared memory per rank ({NUM_COUNTERS} lines of 64 "
+              f"bytes: the counters and the agreement check's {AGREE_DEPTH} descriptors of "
+              f"{AGREE_LINES * 64} bytes)")
+    assert stated in text, stated
