@@ -46,7 +46,7 @@ from mpiring.communicator import Communicator
 from mpiring.core.errors import MpiringError
 
 from . import launch_floor
-from .enqueue import Gate, first_refusal, per_call_us
+from .enqueue import Gate, KernelAlone, first_refusal, per_call_us
 
 CASES = ("empty", "stream", "key", "alone", "key+alone", "table", "call", "call, check gpu")
 LAUNCHES = {"alone", "key+alone", "table", "call", "call, check gpu"}  # held behind the gate
@@ -93,21 +93,21 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
     except (ModeError, MpiringError) as err:  # the same verdict on every rank
         print(f"error: {err}", file=sys.stderr)
         return 2
-    module, why = launch_floor.load()
-    if not all(world.allgather(module is not None)):
-        print(f"error: the launch floor cannot be built here ({why or 'on another rank'})", file=sys.stderr)
+    alone = KernelAlone.make(world)  # (None: rank 0 printed why)
+    if alone is None:
+        print("error: the launch floor cannot be built here", file=sys.stderr)
         return 2
     off = Communicator(world, check=False)
     checked = Communicator(world)
     try:
-        return _measure(args, world, off, checked, module)
+        return _measure(args, world, off, checked, alone)
     finally:
         off.close()
         checked.close()
 
 
 def _measure(args: argparse.Namespace, world: MPI.Intracomm, off: Communicator, checked: Communicator,
-             module) -> int:
+             alone: KernelAlone) -> int:
     import cupy
 
     cupy.cuda.Device(off.device).use()  # after the communicators, which chose this rank's GPU
@@ -121,9 +121,9 @@ def _measure(args: argparse.Namespace, world: MPI.Intracomm, off: Communicator, 
             if world.rank == 0:
                 print(f"error: {name} refused the call: {refusal}", file=sys.stderr)
             return 2
-    new = [b for b in off.bound_launches() if not any(b is old for old in before)]
+    launch = alone.launch_since(off, before)
     table = off.call_keys.compiled
-    replayed = len(new) == 1 and table is not None
+    replayed = launch is not None and table is not None
     if replayed:
         off.Allreduce(x, out, algorithm=name)  # learned: the table replays it from now on
         replayed = table.run(Collective.ALLREDUCE, x, out, MPI.SUM, name, None) is not None
@@ -135,7 +135,8 @@ def _measure(args: argparse.Namespace, world: MPI.Intracomm, off: Communicator, 
                   "replay built)", file=sys.stderr)
         return 2
     stream = cupy.cuda.get_current_stream()
-    floor = launch_floor.floor(module, new[0], stream.ptr).run
+    assert launch is not None
+    floor = launch_floor.floor(alone.module, launch, stream.ptr, alone.address).run
     run, op, allreduce = table.run, MPI.SUM, Collective.ALLREDUCE
 
     def empty() -> None:

@@ -64,27 +64,38 @@ def _ok(nvrtc: Any, result: tuple) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def measure(nvrtc: Any, code: str, name: str, expressions: list[str],
-            arch: str = ARCH) -> dict[str, Resources]:
-    """Compile ``code`` to ``arch`` code with the library's options and ptxas's report; the
-    resources of each of ``expressions`` (name expressions of kernel instantiations)."""
+def compile_program(nvrtc: Any, code: str, name: str, expressions: list[str],
+                    options: list[str]) -> tuple[bool, str, dict[str, str]]:
+    """Compile ``code`` with NVRTC ``options``, ``expressions`` (name expressions of kernel
+    instantiations) added: (compiled, the compiler's log, each expression's lowered name where
+    it compiled). The compile tests' helper too (tests/nvrtc_support.py)."""
     prog = _ok(nvrtc, nvrtc.nvrtcCreateProgram(code.encode(), name.encode(), 0, [], []))
     try:
         for expr in expressions:
             _ok(nvrtc, nvrtc.nvrtcAddNameExpression(prog, expr.encode()))
-        options = [*sources.rawmodule_options(arch), "--ptxas-options=-v"]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
         size = _ok(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog))
         log = b" " * size
         _ok(nvrtc, nvrtc.nvrtcGetProgramLog(prog, log))
         text = log.rstrip(b"\0 ").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise RuntimeError(f"{name} did not compile:\n{text}")
-        report = parse_ptxas(text)
+            return False, text, {}
         lowered = {expr: _ok(nvrtc, nvrtc.nvrtcGetLoweredName(prog, expr.encode())).decode()
                    for expr in expressions}
+        return True, text, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def measure(nvrtc: Any, code: str, name: str, expressions: list[str],
+            arch: str = ARCH) -> dict[str, Resources]:
+    """Compile ``code`` to ``arch`` code with the library's options and ptxas's report; the
+    resources of each of ``expressions`` (name expressions of kernel instantiations)."""
+    options = [*sources.rawmodule_options(arch), "--ptxas-options=-v"]
+    compiled, text, lowered = compile_program(nvrtc, code, name, expressions, options)
+    if not compiled:
+        raise RuntimeError(f"{name} did not compile:\n{text}")
+    report = parse_ptxas(text)
     return {expr: report[lowered[expr]] for expr in expressions}
 
 
