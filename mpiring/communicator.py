@@ -26,9 +26,10 @@ from .algorithms import Collective, SmWork
 from .auto import tuning as auto_tuning
 from .auto.table import TuningTable
 from .call.agreement import FIELDS
-from .call.dispatch import Dispatcher, Key
+from .call.dispatch import Dispatcher, Key, Replay
 from .call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, new_lock
 from .call.options import Options, check_comm, empty_like
+from .call.persistent import PersistentAllreduce, StartHooks
 from .call.replay import CallKeys, replay_for
 from .context.rails import INTERS
 from .core.buffers import Memory
@@ -370,6 +371,15 @@ class Communicator:
         if calls is None or calls.run(_ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches) is None:
             self._collective(_ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches)
 
+    def Allreduce_init(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
+                       batches: int | None = None) -> PersistentAllreduce:
+        """A persistent allreduce (mpi4py's ``Comm.Allreduce_init``): each ``Start()`` runs
+        ``Allreduce(sendbuf, recvbuf, op, algorithm=..., batches=...)``, with less host time per
+        call where it replays (:mod:`mpiring.call.persistent`). Local: the calls are checked
+        against the peers' at each Start, as ``Allreduce``'s are. It holds the arrays until ``Free()``."""
+        hooks = StartHooks(self._collective, self._lock, self._replayer.finish, self._busy, self._dispatch)
+        return PersistentAllreduce(hooks, (_ALLREDUCE, sendbuf, recvbuf, op, algorithm, batches))
+
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = MPI.SUM, *,
                              algorithm: str | None = None, batches: int | None = None) -> None:
         """Reduce ``sendbuf`` (``size * m`` elements) over all ranks; rank ``r`` receives block
@@ -386,7 +396,9 @@ class Communicator:
         self._collective(Collective.ALLGATHER, sendbuf, recvbuf, MPI.SUM, algorithm, batches)
 
     def _collective(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
-                    algorithm: str | None, batches: int | None) -> None:
+                    algorithm: str | None, batches: int | None) -> Replay | None:
+        """Run one call; answer the replay later calls of its shape may run (None: none, or a
+        torch tensor's, which must read torch's stream first: a persistent request's Start)."""
         if not self._lock.acquire(False):
             raise self._busy(collective.label)
         try:
@@ -401,7 +413,7 @@ class Communicator:
                 with stream:
                     if replay is None or not self._replayer.replay(replay):
                         self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
-                return
+                return None
             if replay is not None:  # a shape seen before (mpiring.call.replay)
                 calls = self._calls
                 if replay.hot is not None and calls is not None:  # later calls: all in Allreduce's C call
@@ -409,13 +421,13 @@ class Communicator:
                 # Replayer.replay, inlined: the compiled replay, with no Python call on its way
                 outcome = replay.hot.run() if replay.hot is not None else FALLBACK
                 if outcome == REPLAYED or self._replayer.finish(replay, outcome):
-                    return
-            self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
+                    return replay
+            return self._run(collective, sendbuf, recvbuf, op, algorithm, batches, key)
         finally:
             self._lock.release()
 
     def _run(self, collective: Collective, sendbuf: Any, recvbuf: Any, op: Any,
-             algorithm: str | None, batches: int | None, key: Key | None = None) -> None:
+             algorithm: str | None, batches: int | None, key: Key | None = None) -> Replay | None:
         self._usable()
         rejected: Exception | None = None
         values = dict.fromkeys(FIELDS, 0)
@@ -433,7 +445,7 @@ class Communicator:
             raise rejected
         call = prepared.call
         if call.recv.count == 0 and not gpu_check:  # (a GPU-checked call of 0 elements
-            return  # still meets its peers, who may have been passed more)
+            return None  # still meets its peers, who may have been passed more)
         try:
             prepared.run(prepared.backend, call)
         except BaseException as err:  # mid-collective: peers' sequence numbers no longer match
@@ -444,6 +456,7 @@ class Communicator:
             host_checked = checked and not self._held.check.posts(gpu_check)
             plan.replay = replay_for(collective, prepared, checked, host_checked, self._hot)  # call.replay
         self._held.check.after()  # after this call is enqueued: what the GPU check found earlier
+        return None if key is None or plan is None else plan.replay
 
     def allreduce(self, x: Any, op: Any = MPI.SUM, *, algorithm: str | None = None,
                   batches: int | None = None) -> Any:

@@ -13,7 +13,8 @@ host for every call (``host``, shown for the rows that would check on the GPU) a
 for the rows that replay calls of a shape seen before, off on the full path: ``mpiring.call.replay``;
 where replays run compiled, ``mpiring.call.hot_replay``, also the same replays in Python, and,
 where the call table keys and looks calls up in C too, the compiled replays after Python's key
-and lookup: the rows "Python key"),
+and lookup: the rows "Python key"; and, for the rows that replay, the same call as a persistent
+request's ``Start()``, ``Communicator.Allreduce_init``, which reads no key: "persistent Start"),
 next to the cheapest thing the same thread can enqueue on the same array (``cupy.copyto``
 for GPU arrays, ``np.copyto`` for host arrays) and an empty kernel launch (an empty kernel
 launched through CuPy's binding: about the driver's own cost). Each case whose call was
@@ -224,6 +225,14 @@ def main(argv: Sequence[str] | None = None, world: MPI.Intracomm | None = None) 
                 gated.append(row.graph_capturable)
                 if alone is not None and launch is not None:
                     alone.add(labels, cases, gated, launch)
+                if gpu and check != "host" and row.bind is not None:  # the same call, persistent
+                    request = comm.Allreduce_init(x, out, algorithm=name)
+                    request.Start()  # keeps the replay the case above planned
+                    labels.append(f"{shown} (check {check or 'off'}, persistent Start)" + note)
+                    cases.append(request.Start)
+                    gated.append(row.graph_capturable)
+                    if alone is not None and launch is not None:
+                        alone.add(labels, cases, gated, launch)
                 for variants, how in ((python_keys, "Python key"), (python_replays, "Python replay")):
                     if check in variants and row.bind is not None:
                         variant = variants[check]

@@ -108,6 +108,7 @@ class Dispatcher:
                       topology.size)
         self.tuning, self.topology, self.host, self.gpu = tuning, topology, host, gpu
         self._plans: dict[Key, Plan] = {}
+        self.generation = 0  # counts the times the plans were dropped (:meth:`clear`)
         # The compiled index of the kept plans' replays (mpiring.call.hot_replay's CallTable),
         # emptied whenever the plans go; None: calls look their plans up here only.
         self.compiled: Any = None
@@ -149,6 +150,7 @@ class Dispatcher:
         """Drop every plan (and so every replay: their launches name staging about to go), and
         the compiled index of them."""
         self._plans.clear()
+        self.generation += 1  # a persistent request's replay is one of them (mpiring.call.persistent)
         if self.compiled is not None:
             self.compiled.clear()
 

@@ -117,6 +117,72 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(algo, dtype, in_
 
 
 @pytest.mark.parametrize("algo", ROWS)
+def test_thousands_of_persistent_starts_are_exact_and_replayed(algo):
+    """Two persistent requests (two counts) and plain calls of the first shape, in an order drawn
+    alike on every rank; inputs changed and outputs poisoned before each; one rank late now and
+    then: every call exact on every element, each shape planned once, every other call replayed
+    (mpiring.call.persistent: a Start runs the kept replay without reading a key)."""
+    counts, calls = (fit(algo, 12_345, cupy.float32), fit(algo, 37, cupy.float32)), 2000
+    chance = random.Random(17)  # the same draws on every rank
+    stream = cupy.cuda.get_current_stream()
+    bases = [rank_input(RANK, n, cupy.float32) for n in counts]
+    wants = [reference(mpiring.Op.SUM, SIZE, n).astype(cupy.float32) for n in counts]
+    xs, outs = [cupy.empty_like(b) for b in bases], [cupy.empty_like(b) for b in bases]
+    wrong = cupy.zeros((), dtype=cupy.int64)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
+        full = counting_full_path(c)
+        requests = [c.Allreduce_init(x, out) for x, out in zip(xs, outs, strict=True)]
+        for call in range(calls):
+            which = chance.randrange(3)  # 0, 1: a request's Start; 2: Allreduce of shape 0
+            shape, shift = which % 2, call % 7
+            poison(outs[shape])
+            cupy.add(bases[shape], shift, out=xs[shape])
+            if chance.random() < 0.02 and RANK == call % SIZE:
+                gpu_nap(stream, chance.uniform(0, 200e-6))
+            if which < 2:
+                requests[which].Start()
+            else:
+                c.Allreduce(xs[0], outs[0])
+            wrong += cupy.count_nonzero(outs[shape] != wants[shape] + SIZE * shift)
+        c.synchronize()
+        stats = c.stats()
+    agree(int(wrong) == 0, f"{int(wrong)} wrong elements over {calls} calls")
+    agree(len(full) == 2 and stats.replayed == calls - 2, f"{len(full)} planned, {stats.replayed} replayed")
+
+
+@pytest.mark.parametrize("algo", ROWS)
+def test_a_persistent_start_captured_in_a_graph_sees_new_data(algo):
+    """Eager Starts (replayed), then a Start captured into a CUDA graph, launched 100 times on
+    changing inputs; Starts after the capture are eager again and exact."""
+    count = fit(algo, 3001, cupy.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    base = rank_input(RANK, count, cupy.float32)
+    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
+    x, out = cupy.empty_like(base), cupy.empty_like(base)
+    wrong = cupy.zeros((), dtype=cupy.int64)
+    with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c, stream:
+        request = c.Allreduce_init(x, out)
+        for _ in range(3):
+            cupy.copyto(x, base)
+            request.Start()
+        c.synchronize()
+        stream.begin_capture()
+        request.Start()
+        graph = stream.end_capture()
+        for k in range(100):
+            cupy.add(base, k % 9, out=x)
+            poison(out)
+            if k % 2:
+                graph.launch(stream)
+            else:
+                request.Start()
+            wrong += cupy.count_nonzero(out != want + SIZE * (k % 9))
+        c.synchronize()
+        del graph  # before close (NCCL: see the test above)
+    agree(int(wrong) == 0, f"{int(wrong)} wrong elements over 100 graph launches and Starts")
+
+
+@pytest.mark.parametrize("algo", ROWS)
 def test_a_replay_launches_on_the_current_stream(algo):
     """Calls alternate between two streams (the caller orders its own work on them); every
     replayed call runs on the stream current at the call, after what was queued there."""
