@@ -10,6 +10,7 @@
 
 from . import algorithms
 from .algorithms import Algorithm, register
+from .call.persistent import PersistentAllreduce
 from .communicator import CallStats, Communicator
 from .core.errors import (
     CommunicatorClosedError,
@@ -41,6 +42,7 @@ __all__ = [
     "Op",
     "PeerArgumentError",
     "PeerFailedError",
+    "PersistentAllreduce",
     "RankMismatchError",
     "SetupError",
     "TimeoutPolicy",

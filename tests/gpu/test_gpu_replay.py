@@ -133,12 +133,14 @@ def test_thousands_of_persistent_starts_are_exact_and_replayed(algo):
         full = counting_full_path(c)
         requests = [c.Allreduce_init(x, out) for x, out in zip(xs, outs, strict=True)]
         for call in range(calls):
-            which = chance.randrange(3)  # 0, 1: a request's Start; 2: Allreduce of shape 0
-            shape, shift = which % 2, call % 7
+            # Every draw on every rank (a draw made on one rank only would change the next
+            # ones there: the ranks would call different shapes).
+            which, late, nap = chance.randrange(3), chance.random() < 0.02, chance.uniform(0, 200e-6)
+            shape, shift = which % 2, call % 7  # which 0, 1: a request's Start; 2: Allreduce of shape 0
             poison(outs[shape])
             cupy.add(bases[shape], shift, out=xs[shape])
-            if chance.random() < 0.02 and RANK == call % SIZE:
-                gpu_nap(stream, chance.uniform(0, 200e-6))
+            if late and RANK == call % SIZE:
+                gpu_nap(stream, nap)
             if which < 2:
                 requests[which].Start()
             else:
