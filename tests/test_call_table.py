@@ -304,48 +304,92 @@ OPERATIONS = st.sampled_from(["call a", "call a", "call a", "call b", "call c", 
                               "skipped", "capture on", "capture off", "clear", "new row", "busy"])
 
 
+def start(comm: ReplayingCommunicator, request) -> str:
+    """One persistent request's Start (``comm.Allreduce_init``); what it did, as :func:`allreduce`
+    says it."""
+    before, replayed = comm.full_path, comm.stats().replayed
+    try:
+        request.Start()
+    except Exception as err:  # noqa: BLE001 - compared with the plain calls'
+        return describe_error(err) or ""
+    if comm.full_path > before:
+        return "full path"
+    return "replayed" if comm.stats().replayed > replayed else "nothing"
+
+
+@pytest.mark.parametrize("event", sorted(EVENTS))
+def test_every_rare_case_ends_alike_for_a_persistent_start(event) -> None:
+    """The rare-case script above with each call made as a persistent request's Start
+    (mpiring.call.persistent): every way, the same outcomes and state as with Allreduce."""
+    def script(h, comm, persistent: bool) -> list:
+        h.capturing = False
+        x, out = cupy_like(2048, 0x7000), cupy_like(2048, 0x9000)
+        comm.keep(h.replay(capturing=lambda: h.capturing), out, x)
+        request = comm.Allreduce_init(x, out)
+        call = (lambda: start(comm, request)) if persistent else (lambda: allreduce(comm, x, out))
+        done = [call() for _ in range(3)]
+        EVENTS[event](h)
+        return done + [call() for _ in range(3)]
+    plain = run_ways(lambda h, comm: script(h, comm, False))
+    persistent = run_ways(lambda h, comm: script(h, comm, True))
+    assert persistent == plain
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(OPERATIONS, min_size=1, max_size=40))
 def test_any_sequence_of_whole_calls_ends_alike(operations) -> None:
     """Calls of three shapes (one checked, one not, one never planned: the full path) mixed
     with stream switches, skipped-call reports, captures, the plans dropped, a row registered
-    and a call from another thread while one is in progress: the same state all three ways."""
-    def script(h, comm) -> list:
-        h.capturing = False
-        streams = [h.gpu.current, FakeStream(0x6000)]
-        x, out, other = cupy_like(2048, 0x7000), cupy_like(2048, 0x9000), cupy_like(64, 0xB000)
-        planted = {"a": (h.replay(capturing=lambda: h.capturing), out, x),
-                   "b": (h.replay(tuple(range(7)), checked=False), x, None)}
-        for replay, recv, send in planted.values():
-            comm.keep(replay, recv, send)
-        done: list = []
-        for op in operations:
-            if op.startswith("call"):
-                which = op[-1]
-                recv, send = (planted[which][1], planted[which][2]) if which in planted else (other, None)
-                done.append(allreduce(comm, send, recv))
-            elif op in ("new stream", "old stream"):
-                h.gpu.current = streams[op == "new stream"]
-            elif op == "skipped":
-                skipped(h)
-            elif op == "clear":  # e.g. the check setter: every plan (and the table) goes, then comes back
-                comm.forget()
-                for replay, recv, send in planted.values():
-                    comm.keep(replay, recv, send)
-            elif op == "new row":
-                row = algorithms.Algorithm("sequence-row", 4545, algorithms.HOST, lambda b, c: None,
-                                           summary="-", best_for="-")
-                algorithms.register(row)
-                algorithms.unregister(row.name)
-                for replay, recv, send in planted.values():  # the plans' keys named the old version
-                    comm.keep(replay, recv, send)
-            elif op == "busy":
-                done.append(busy_call(comm, x, out))
-            else:
-                h.capturing = op == "capture on"
-        return done
-    states = run_ways(script)
-    assert states["table"] == states["compiled"] == states["python"]
+    and a call from another thread while one is in progress: the same state all three ways;
+    and the same again with every call made as a persistent request's Start."""
+    plain = run_ways(lambda h, comm: sequence(h, comm, operations, False))
+    assert plain["table"] == plain["compiled"] == plain["python"]
+    assert run_ways(lambda h, comm: sequence(h, comm, operations, True)) == plain
+
+
+def sequence(h: Harness, comm: ReplayingCommunicator, operations: list[str], persistent: bool) -> list:
+    """``operations`` (:data:`OPERATIONS`) on ``comm``; what each call did. ``persistent``: each
+    call is the Start of its shape's request, made before the first."""
+    h.capturing = False
+    streams = [h.gpu.current, FakeStream(0x6000)]
+    x, out, other = cupy_like(2048, 0x7000), cupy_like(2048, 0x9000), cupy_like(64, 0xB000)
+    planted = {"a": (h.replay(capturing=lambda: h.capturing), out, x),
+               "b": (h.replay(tuple(range(7)), checked=False), x, None)}
+    for replay, recv, send in planted.values():
+        comm.keep(replay, recv, send)
+    shapes = {which: (planted[which][1], planted[which][2]) if which in planted else (other, None)
+              for which in "abc"}
+    requests = {which: comm.Allreduce_init(send, recv) for which, (recv, send) in shapes.items()}
+
+    def call(which: str) -> str:
+        recv, send = shapes[which]
+        return start(comm, requests[which]) if persistent else allreduce(comm, send, recv)
+
+    done: list = []
+    for op in operations:
+        if op.startswith("call"):
+            done.append(call(op[-1]))
+        elif op in ("new stream", "old stream"):
+            h.gpu.current = streams[op == "new stream"]
+        elif op == "skipped":
+            skipped(h)
+        elif op == "clear":  # e.g. the check setter: every plan (and the table) goes, then comes back
+            comm.forget()
+            for replay, recv, send in planted.values():
+                comm.keep(replay, recv, send)
+        elif op == "new row":
+            row = algorithms.Algorithm("sequence-row", 4545, algorithms.HOST, lambda b, c: None,
+                                       summary="-", best_for="-")
+            algorithms.register(row)
+            algorithms.unregister(row.name)
+            for replay, recv, send in planted.values():  # the plans' keys named the old version
+                comm.keep(replay, recv, send)
+        elif op == "busy":  # a call while another thread's is in progress: ConcurrentCallError
+            with comm.busy():
+                done.append(call("a"))
+        else:
+            h.capturing = op == "capture on"
+    return done
 
 
 def busy_call(comm: ReplayingCommunicator, x, out) -> str:

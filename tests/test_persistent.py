@@ -13,12 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mpiring import algorithms
+from mpiring.algorithms import Collective
 from mpiring.call.dispatch import Replay
 from mpiring.call.hot_replay import FALLBACK, LAUNCH_FAILED, REPLAYED, REPLAYED_REPORT
 from mpiring.call.persistent import PersistentAllreduce, StartHooks
 from mpiring.core.errors import ConcurrentCallError, InvalidArgumentError
 
-ARGS = ("allreduce", "send", "recv", "sum", None, None)
+ARGS = (Collective.ALLREDUCE, "send", "recv", "sum", None, None)
 
 
 class Hot:
@@ -154,7 +155,7 @@ def test_a_start_while_another_call_runs_raises_and_runs_nothing() -> None:
     c = Communicator()
     request = PersistentAllreduce(c.hooks(), ARGS)
     request.Start()
-    with c.lock, pytest.raises(ConcurrentCallError, match="persistent"):
+    with c.lock, pytest.raises(ConcurrentCallError, match="allreduce"):
         request.Start()
     assert c.hot.runs == 0 and len(c.full) == 1
 

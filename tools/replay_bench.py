@@ -16,6 +16,8 @@ no-op Python function). Two tables, with and without the agreement post:
   on CuPy-like arrays (:class:`CupyLike`): the compiled call table (key, lookup and replay in
   one C call), the compiled replay after Python's key and lookup (the call table off), and the
   Python replay;
+- *persistent Start*: ``request.Start()`` of ``comm.Allreduce_init(x, out)`` of the same shape
+  (:mod:`mpiring.call.persistent`: no key, no lookup), compiled and in Python;
 - *replay alone*: from the plan's replay on (``Communicator._collective`` after the lookup),
   compiled and in Python.
 
@@ -279,12 +281,14 @@ class PlanCache:
     def __init__(self) -> None:
         self.plans: dict[Key, Any] = {}
         self.compiled: Any = None
+        self.generation = 0  # what a persistent request checks (mpiring.call.persistent)
 
     def planned(self, key: Key | None) -> Any:
         return None if key is None else self.plans.get(key)
 
     def clear(self) -> None:
         self.plans.clear()
+        self.generation += 1
         if self.compiled is not None:
             self.compiled.clear()
 
@@ -380,6 +384,19 @@ def whole_call(mode: str, checked: bool, table: bool) -> Case:
     return Case(f"Allreduce: {how}", call, [comm, h], lambda: comm.full_path)
 
 
+def persistent_start(mode: str, checked: bool) -> Case:
+    """``request.Start()`` of ``comm.Allreduce_init(x, out)`` (the same shape and arrays as
+    :func:`whole_call`), after its first Start found the planted replay."""
+    h = Harness(mode, noop_launch=True)
+    comm = ReplayingCommunicator(h, table=mode == "compiled")
+    x, out = cupy_like(2048, 0x7F00_0000_0000), cupy_like(2048, 0x7F00_0010_0000)
+    comm.keep(h.replay(checked=checked), out, x)
+    request = comm.Allreduce_init(x, out)
+    request.Start()  # through _collective: keeps the planted replay
+    how = "compiled replay" if mode == "compiled" else "Python replay"
+    return Case(f"persistent Start: {how}", request.Start, [comm, h], lambda: comm.full_path)
+
+
 def replay_alone(mode: str, checked: bool) -> Case:
     h = Harness(mode, noop_launch=True)
     return Case(f"replay alone: {mode}", as_communicator_does(h, h.replay(checked=checked)), [h])
@@ -413,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| case | agreement post | ns per call |\n| --- | --- | --- |")
     for checked in (True, False):
         cases = [whole_call("compiled", checked, table) for table in (True, False) if HAVE_EXTENSION]
-        cases += [whole_call("python", checked, False)] + [replay_alone(mode, checked) for mode in modes]
+        cases += [whole_call("python", checked, False)] + [persistent_start(mode, checked) for mode in modes]
+        cases += [replay_alone(mode, checked) for mode in modes]
         try:
             measure(cases, args.calls, args.rounds)
             fell = [case.label for case in cases if case.full_path()]

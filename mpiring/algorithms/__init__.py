@@ -59,8 +59,9 @@ def version() -> int:
     return _VERSION[0]
 
 
-def version_word() -> tuple[int, object]:
-    """The address of the int64 word :func:`version` reads, and its owner (keep it alive)."""
+def version_word() -> tuple[int, array]:
+    """The address of the int64 word :func:`version` reads, and its owner (keep it alive; its
+    ``[0]`` is :func:`version`, read without a call)."""
     return _VERSION.buffer_info()[0], _VERSION
 
 

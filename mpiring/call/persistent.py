@@ -59,22 +59,24 @@ class PersistentAllreduce:
 
     def __init__(self, hooks: StartHooks, args: tuple[Any, ...]) -> None:
         self._hooks = hooks
+        self._dispatcher, self._lock = hooks.dispatcher, hooks.lock  # (read at every Start)
+        self._table_version = algorithms.version_word()[1]  # [0]: algorithms.version()
         self._args: tuple[Any, ...] | None = args  # None once freed
+        self._label = args[0].label  # the collective's name, for a busy error as its call raises
         self._replay: Replay | None = None  # kept by the last Start on the full path
         self._generation = self._version = -1  # the dispatcher's and the table's, at that Start
 
     def Start(self) -> None:
         """Run the allreduce (what ``Communicator.Allreduce`` does with the same arguments)."""
         replay = self._replay
-        hooks = self._hooks
-        if (replay is not None and self._generation == hooks.dispatcher.generation
-                and self._version == algorithms.version()):
-            lock = hooks.lock
+        if (replay is not None and self._generation == self._dispatcher.generation
+                and self._version == self._table_version[0]):
+            lock = self._lock
             if not lock.acquire(False):
-                raise hooks.busy("Allreduce (persistent)")
+                raise self._hooks.busy(self._label)
             try:  # Communicator._collective's replay, without its key or lookup
                 outcome = replay.hot.run() if replay.hot is not None else FALLBACK
-                if outcome == REPLAYED or hooks.finish(replay, outcome):
+                if outcome == REPLAYED or self._hooks.finish(replay, outcome):
                     return
             finally:
                 lock.release()
@@ -83,8 +85,8 @@ class PersistentAllreduce:
             raise InvalidArgumentError("Start() of a freed persistent Allreduce: make a new one "
                                        "with Communicator.Allreduce_init")
         # Read before the call: plans dropped during it (a full table) leave this replay unused.
-        generation, version = hooks.dispatcher.generation, algorithms.version()
-        self._replay = hooks.call(*args)
+        generation, version = self._dispatcher.generation, self._table_version[0]
+        self._replay = self._hooks.call(*args)
         self._generation, self._version = generation, version
 
     def Wait(self) -> None:

@@ -55,8 +55,9 @@ def test_a_mismatch_at_call_5000_of_10000_is_skipped_everywhere_and_raised_once(
             cupy.add(base, shift, out=x)  # changing data: the result moves by SIZE * shift
             n = count - 1 if call == bad_call and RANK == LAST else count
             target = skipped_out if call == bad_call else out
-            if chance.random() < 0.02 and RANK == call % SIZE:
-                gpu_nap(stream, chance.uniform(0, 200e-6))
+            late, nap = chance.random() < 0.02, chance.uniform(0, 200e-6)  # drawn on every rank
+            if late and RANK == call % SIZE:
+                gpu_nap(stream, nap)
             try:
                 c.Allreduce(x[:n], target[:n])
             except mpiring.MpiringError as err:

@@ -106,8 +106,9 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(algo, dtype, in_
                 cupy.add(base, shift, out=out)
             else:
                 cupy.add(base, shift, out=x)
-            if chance.random() < 0.02 and RANK == call % SIZE:
-                gpu_nap(stream, chance.uniform(0, 200e-6))
+            late, nap = chance.random() < 0.02, chance.uniform(0, 200e-6)  # drawn on every rank
+            if late and RANK == call % SIZE:
+                gpu_nap(stream, nap)
             c.Allreduce(MPI.IN_PLACE if in_place else x, out)
             wrong += cupy.count_nonzero(out != want + SIZE * shift)
         c.synchronize()
