@@ -370,12 +370,20 @@ class Case:
             thing.close()
 
 
-def whole_call(mode: str, checked: bool, table: bool) -> Case:
-    """``comm.Allreduce(x, out)`` of a shape seen before (8 KiB float32, out of place)."""
+def planted(mode: str, checked: bool,
+            table: bool) -> tuple[Harness, ReplayingCommunicator, CupyLike, CupyLike]:
+    """A communicator that has seen ``Allreduce(x, out)`` (8 KiB float32, out of place): its
+    replay is kept, with a launch that does nothing."""
     h = Harness(mode, noop_launch=True)
     comm = ReplayingCommunicator(h, table)
     x, out = cupy_like(2048, 0x7F00_0000_0000), cupy_like(2048, 0x7F00_0010_0000)
     comm.keep(h.replay(checked=checked), out, x)
+    return h, comm, x, out
+
+
+def whole_call(mode: str, checked: bool, table: bool) -> Case:
+    """``comm.Allreduce(x, out)`` of a shape seen before (:func:`planted`)."""
+    h, comm, x, out = planted(mode, checked, table)
     how = ("compiled call table" if table else "compiled replay, Python key") if mode == "compiled" \
         else "Python replay"
 
@@ -387,10 +395,7 @@ def whole_call(mode: str, checked: bool, table: bool) -> Case:
 def persistent_start(mode: str, checked: bool) -> Case:
     """``request.Start()`` of ``comm.Allreduce_init(x, out)`` (the same shape and arrays as
     :func:`whole_call`), after its first Start found the planted replay."""
-    h = Harness(mode, noop_launch=True)
-    comm = ReplayingCommunicator(h, table=mode == "compiled")
-    x, out = cupy_like(2048, 0x7F00_0000_0000), cupy_like(2048, 0x7F00_0010_0000)
-    comm.keep(h.replay(checked=checked), out, x)
+    h, comm, x, out = planted(mode, checked, table=mode == "compiled")
     request = comm.Allreduce_init(x, out)
     request.Start()  # through _collective: keeps the planted replay
     how = "compiled replay" if mode == "compiled" else "Python replay"

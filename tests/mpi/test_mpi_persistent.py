@@ -17,22 +17,15 @@ import toy_algorithm
 from keyed_arrays import Keyed
 from mpi4py import MPI
 from mpi_support import all_ok
+from replayed_rows import keyed_comm as keyed_world_comm
+from replayed_rows import replayed_row
 
 import mpiring
 from mpiring import algorithms
 
 world = MPI.COMM_WORLD
 REPLAYED: list[int] = []  # one entry per replayed launch
-
-
-def bind(backend, call):
-    def again() -> None:
-        REPLAYED.append(1)
-        toy_algorithm.run(backend, call)
-    return again
-
-
-ROW = dataclasses.replace(toy_algorithm.ROW, name="toy-persistent", code=97, bind=bind)
+ROW = replayed_row("toy-persistent", 97, REPLAYED)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,9 +36,7 @@ def row():
 
 
 def keyed_comm(**kwargs) -> mpiring.Communicator:
-    comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
-    comm.call_keys.array_type = Keyed  # what a GPU communicator keys on (CuPy's arrays): the stand-in
-    return comm
+    return keyed_world_comm(world, **kwargs)
 
 
 def value(rank: int, call: int, count: int) -> np.ndarray:
