@@ -38,7 +38,7 @@ CONTROL = np.dtype([
     ("rank", "<i4"), ("size", "<i4"), ("blocks", "<i4"), ("pad", "<i4"),
     ("ll", "<u8", (MAXR, 2)),  # rank r's two oneshot-ll slots
     ("ll_headers", "<u8", (MAXR,)),  # rank r's header lines [slot][source rank][2] (agree.cuh)
-    ("ll_state", "<u8"),  # this rank's GPU-checked call count and finished-block count
+    ("ll_state", "<u8"),  # this rank's GPU-checked calls begun and started blocks (agree.cuh)
     ("ll_row_bytes", "<i8"),  # bytes of one source rank's row in a oneshot-ll slot
 ])
 

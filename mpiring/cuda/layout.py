@@ -13,7 +13,7 @@ on only by the owner) and the direct kernels' local state:
 * ``direct_flags[src][block]``: written by rank ``src``'s block ``block`` at each barrier of
   the one-shot / two-shot kernels (the value names the call and the barrier: ``csrc/direct.cu``);
 * ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
-* ``ll_state``: the GPU-checked calls' count and finished-block count (local only);
+* ``ll_state``: the GPU-checked calls begun and the launch's started blocks, one word (local only);
 * ``ll_headers[slot][src][2]``: two 16-byte lines written by rank ``src`` at each GPU-checked
   call (its descriptor and call number: ``csrc/agree.cuh``), cleared by this rank once read;
 * ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a

@@ -3,11 +3,14 @@
 // rank launches instead of its call when that call cannot run on the GPU this time (see
 // mpiring/core/descriptor.py for the descriptor and the notice kinds).
 //
-// Call numbers. ll_state[0] counts this rank's finished GPU-checked calls (notices included):
-// equal on every rank, since every rank takes part in every such call. Call c uses header
-// slot c % 2 and flag (uint32)c (never 0: 0 is "empty"). The block that finishes last
-// (ll_state[1] counts finished blocks) advances the count, so every block of a launch reads
-// the same c whatever the grid; the count lives in device memory, so launches replay in a
+// Call numbers. ll_state packs (b << START_BITS) | s: b counts this rank's GPU-checked calls
+// begun (notices included), equal on every rank, since every rank takes part in every such
+// call; s counts the blocks of the current launch that have taken their number. Call c uses
+// header slot c % 2 and flag (uint32)c (never 0: 0 is "empty"). Each block takes c = b + 1 and
+// counts itself in one atomic add at its start; the block that finds s = gridDim.x - 1 started
+// last, when every block of the launch holds its number, so it stores c << START_BITS for the
+// next launch. Every block of a launch therefore reads the same c whatever the grid, nothing is
+// left to do at the kernel's end, and the count lives in device memory, so launches replay in a
 // CUDA graph.
 //
 // One call, on every rank:
@@ -25,13 +28,16 @@
 //     values name later calls: direct.cu), and data pushed into the one-shot and two-shot
 //     staging is simply overwritten by the next call (it is never read without a barrier). So
 //     the next call starts from the same state on every rank: the communicator stays usable.
-//  3. finish: the last block to finish clears the header lines it read and advances the count.
+// Header lines are never cleared: every rank posts into every peer's slot c % 2 at every call c
+// (a notice too), so a line there holds the flag of call c - 2 until its writer's call c
+// overwrites it, and flags of calls two apart differ, 2^32 calls on included.
 //
 // Reuse without barriers. Rank p stores into header slot s of rank q at call c + 2 only after
 // its call c + 1 finished, which waited for q's header of call c + 1; q stores that only after
-// its call c (stream order) finished, including the clearing of slot s. So a reader never
-// sees a header of another call (a late duplicate of call c's: see post_descriptor). The same argument
-// keeps oneshot-ll's data lines empty between calls, skipped calls included (step 2 clears them).
+// its call c (stream order) finished reading slot s. So a reader never sees a header of a later
+// call, and one of an earlier call carries another flag (a late duplicate of call c's: see
+// post_descriptor). The same argument keeps oneshot-ll's data lines empty between calls,
+// skipped calls included (step 2 clears them).
 //
 // No wait is unbounded: every wait polls the clock and the abort word (give_up, sync.cuh), and
 // gives up once it has gone the timeout without progress (a line that arrives restarts it).
@@ -101,11 +107,24 @@ struct GpuCall {
   int par;   // header and oneshot-ll slot: call % 2
 };
 
-// The call number of this launch, read once per block (every block reads the same: the
-// previous launch advanced it before it ended).
+// ll_state's low START_BITS bits count a launch's started blocks (grids stay far below 2^20
+// blocks); the rest, calls begun: 2^44 calls, as direct.cu's barrier values (call << 20) allow.
+#define START_BITS 20
+
+// This launch's call number: thread 0 of each block takes it and counts the block as started
+// in one atomic add (one read of the word, as a plain load would be). The block that started
+// last stores the count of calls begun for the next launch: every other block's add came
+// before its own in the word's order, so every block has its number, and no block of this
+// launch touches the word again (the next launch's adds come after this launch ends).
 __device__ __forceinline__ GpuCall gpu_call(const Ctl* c) {
   __shared__ u64 shared_call;
-  if (threadIdx.x == 0) shared_call = *(volatile u64*)c->ll_state + 1;
+  if (threadIdx.x == 0) {
+    unsigned long long* state = (unsigned long long*)c->ll_state;
+    const u64 seen = atomicAdd(state, 1ull);
+    const u64 call = (seen >> START_BITS) + 1;
+    if ((seen & ((1ull << START_BITS) - 1)) == gridDim.x - 1) atomicExch(state, call << START_BITS);
+    shared_call = call;
+  }
   __syncthreads();
   GpuCall g;
   g.call = shared_call;
@@ -117,9 +136,9 @@ __device__ __forceinline__ GpuCall gpu_call(const Ctl* c) {
 // Step 1: thread t of every block stores this call's descriptor into rank t's header slot.
 // Every block, not only block 0: a peer's blocks then never wait for one block of this
 // kernel that may not be resident yet (a GPU shared with other work). The copies are equal,
-// and a late copy landing after the reader cleared the line is harmless: it carries this
-// call's flag, which no later reader of the slot waits for, and the writer overwrites it at
-// call c + 2 (its own stream orders the two).
+// and a late copy landing after the reader's call ended is harmless: it carries this call's
+// flag, which no later reader of the slot waits for, and the writer overwrites it at call
+// c + 2 (its own stream orders the two).
 __device__ __forceinline__ void post_descriptor(const Ctl* c, GpuCall g, u64 d0, u64 d1) {
   const int t = threadIdx.x;
   if (t >= c->size || t == c->rank) return;
@@ -130,7 +149,7 @@ __device__ __forceinline__ void post_descriptor(const Ctl* c, GpuCall g, u64 d0,
 
 #define STEP_AGREE -1  // the step a timed-out wait for a peer's descriptor reports
 #define VERDICT_AGREED 0
-#define VERDICT_SKIP 1  // skip the call, then finish()
+#define VERDICT_SKIP 1  // skip the call: the kernel returns
 #define VERDICT_STOPPED 2  // aborted or timed out: return at once (the communicator has failed)
 
 // Clear the oneshot-ll lines that peer `src` (header words t0, t1) pushed into this rank's
@@ -185,20 +204,6 @@ __device__ __forceinline__ int agree(const Ctl* c, GpuCall g, u64 d0, u64 d1, in
   for (int r = 0; r < size; ++r)
     if (r != me && scrub_lines(c, g, r, theirs[r][0], theirs[r][1], kind, &since)) { lost = true; break; }
   return __syncthreads_or(lost) ? VERDICT_STOPPED : VERDICT_SKIP;
-}
-
-// Step 3: the last block to finish clears this call's header lines and advances the count.
-__device__ __forceinline__ void finish(const Ctl* c, GpuCall g) {
-  u64* state = (u64*)c->ll_state;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  __threadfence();
-  if (atomicAdd((unsigned long long*)&state[1], 1ull) != gridDim.x - 1) return;
-  for (int r = 0; r < c->size; ++r)
-    if (r != c->rank)
-      for (int half = 0; half < 2; ++half) st_line(header_of(c, c->rank, g.par, r, half), 0ull, 0ull);
-  state[1] = 0;
-  *(volatile u64*)state = g.call;
 }
 
 #endif  // MPIRING_AGREE_CUH

@@ -28,7 +28,7 @@ struct Ctl {                      // written once at set-up; see DirectKernels._
   int rank, size, blocks, pad;
   u64 ll[MAXR][2];                // rank r's two oneshot-ll slots (a row per source rank each)
   u64 ll_headers[MAXR];           // rank r's header lines [slot][source rank][2] (agree.cuh)
-  u64 ll_state;                   // this rank's GPU-checked call count and finished-block count
+  u64 ll_state;                   // this rank's GPU-checked calls begun and started blocks (agree.cuh)
   long long ll_row_bytes;         // bytes of one source rank's row in a oneshot-ll slot
 };
 

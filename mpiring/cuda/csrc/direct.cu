@@ -60,7 +60,7 @@
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, DIRECT_THREADS, struct Ctl
 #include "sync.cuh"      // st_release, ld_acquire, clock_ns, give_up
-#include "agree.cuh"     // gpu_call, post_descriptor, agree, finish
+#include "agree.cuh"     // gpu_call, post_descriptor, agree
 #include "words.cuh"     // ldcg, load_word, store_word
 
 #define UNROLL 4  // words in flight per thread in copies: loads are latency-bound otherwise
@@ -202,7 +202,6 @@ __global__ void __launch_bounds__(DIRECT_THREADS) oneshot(const typename T::S* i
     for (int r = 0; r < size; ++r) srcs[r] = (r == me) ? in : (const S*)c->oneshot[me][g.par] + r * row;
     reduce_range<T, Op>(out, vec, srcs, nullptr, me, size, n);
   }
-  finish(c, g);
 }
 
 template <class T, class Op>
@@ -212,7 +211,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
   const GpuCall g = gpu_call(c);
   post_descriptor(c, g, d0, d1);                // this call's descriptor to every peer
   if (n == 0) {                                 // no chunk: check the (empty) call all the same
-    if (agree(c, g, d0, d1, ST_KIND_TWOSHOT, true) != VERDICT_STOPPED) finish(c, g);
+    agree(c, g, d0, d1, ST_KIND_TWOSHOT, true);
     return;
   }
   const int me = c->rank, size = c->size;
@@ -237,8 +236,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
     arrive(c, g, 2 * k);
     if (k == 0) {                               // the whole call is checked before its first wait
       const int verdict = agree(c, g, d0, d1, ST_KIND_TWOSHOT, true);
-      if (verdict == VERDICT_STOPPED) return;
-      if (verdict == VERDICT_SKIP) { finish(c, g); return; }
+      if (verdict != VERDICT_AGREED) return;
     }
     if (wait_for_peers(c, g, ST_KIND_TWOSHOT, 2 * k)) return;
     {                                             // 2. reduce my shard, push it to every peer
@@ -255,5 +253,4 @@ __global__ void __launch_bounds__(DIRECT_THREADS) twoshot(const typename T::S* i
       if (s != me) copy_range<S>(out + base + lo, vec, stage_out + lo, true, true, len);
     }
   }
-  finish(c, g);
 }

@@ -5,7 +5,7 @@
 //
 // It takes part in the GPU call like any GPU-checked kernel (agree.cuh): it posts its
 // descriptor (a notice never equals a call's, so every peer skips the call), waits for every
-// peer's, clears the oneshot-ll lines pushed to it, and advances the call count. It reports
+// peer's, and clears the oneshot-ll lines pushed to it. It reports
 // nothing: its rank raised its own error on the host already. One block.
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, LL_THREADS, struct Ctl
@@ -14,6 +14,5 @@
 __global__ void __launch_bounds__(LL_THREADS) notice(const Ctl* __restrict__ c, u64 d0, u64 d1) {
   const GpuCall g = gpu_call(c);
   post_descriptor(c, g, d0, d1);
-  if (agree(c, g, d0, d1, ST_KIND_NOTICE, false) == VERDICT_STOPPED) return;
-  finish(c, g);
+  agree(c, g, d0, d1, ST_KIND_NOTICE, false);
 }

@@ -38,7 +38,7 @@
 #include "types.cuh"
 #include "status.cuh"
 #include "contract.cuh"  // u64, MAXR, LL_THREADS, LL_LINES, struct Ctl
-#include "agree.cuh"     // gpu_call, post_descriptor, agree, finish, line primitives
+#include "agree.cuh"     // gpu_call, post_descriptor, agree, line primitives
 #include "words.cuh"     // load_word, store_word: a line's 8 payload bytes
 
 template <class T, class Op>
@@ -89,6 +89,4 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
         if (r != me) st_line(line_of(c, me, g.par, r, l), 0ull, 0ull);
     }
   }
-  // 4. The last block to finish clears the headers and advances the call count.
-  finish(c, g);
 }
