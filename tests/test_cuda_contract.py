@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from mpiring.core import settings
 from mpiring.cuda import contract, direct_kernels, sources, status
 from mpiring.cuda.layout import MAX_RANKS, StagingLayout
 
@@ -165,3 +166,16 @@ def test_oneshot_ll_line_mapping_is_the_one_tests_model() -> None:
     assert kernel.count("const long long l = first + (long long)k * blockDim.x; "
                         "if (k >= per_thread || l >= lines) break;") == 2
     assert kernel.count("for (int k = 0; k < LL_LINES; ++k)") == 2
+
+
+def test_every_grid_fits_the_started_block_count() -> None:
+    """agree.cuh counts a launch's started blocks in the low START_BITS bits of ll_state, below
+    the calls begun, whose barrier values (direct.cu: call << STEP_BITS) must fit 64 bits: the
+    largest grid of every GPU-checked kernel stays below 2^START_BITS."""
+    start_bits = _defines(sources.read("agree.cuh"))["START_BITS"]
+    assert _defines(sources.read("direct.cu"))["STEP_BITS"] <= start_bits
+    direct = next(s for s in settings.TABLE if s.name == "MPIRING_DIRECT_BLOCKS")
+    assert direct.high is not None and direct.high < 1 << start_bits
+    mib = 1 << 20
+    largest = max(StagingLayout(mib, mib, mib, 1, ranks=n).ll_limit for n in range(2, MAX_RANKS + 1))
+    assert direct_kernels.ll_shape(largest // 4, 4, block_lines=1).blocks < 1 << start_bits

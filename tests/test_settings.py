@@ -48,8 +48,9 @@ def test_a_bool_takes_only_the_yes_no_words(word: str, value: bool) -> None:
 
 
 @pytest.mark.parametrize("name, text, problem, accepted", [
-    ("MPIRING_DIRECT_BLOCKS", "abc", "not an integer", "a positive integer (unset: 128)"),
-    ("MPIRING_DIRECT_BLOCKS", "0", "out of range", "a positive integer"),
+    ("MPIRING_DIRECT_BLOCKS", "abc", "not an integer", "an integer from 1 to 4096 (unset: 128)"),
+    ("MPIRING_DIRECT_BLOCKS", "0", "out of range", "an integer from 1 to 4096"),
+    ("MPIRING_DIRECT_BLOCKS", "4097", "out of range", "an integer from 1 to 4096"),
     ("MPIRING_CUDA_AWARE_MPI", "2", "not an accepted word", "one of 1, true, yes, on, 0, false, no, off"),
     ("MPIRING_SHARE_GPU", "maybe", "not an accepted word", "(unset: 0)"),
     ("MPIRING_TIMEOUT", "soon", "not a number", "a finite, positive number (unset: 300)"),

@@ -5,7 +5,7 @@ default, its bounds and what it means. :func:`get` is the only way the library r
 parses the text by the row's type and raises :class:`~mpiring.core.errors.InvalidArgumentError` in
 one shape, naming the variable, its value and what is accepted::
 
-    MPIRING_DIRECT_BLOCKS='abc': not an integer; use a positive integer (unset: 128)
+    MPIRING_DIRECT_BLOCKS='abc': not an integer; use an integer from 1 to 4096 (unset: 128)
 
 Types: ``bool`` takes only 0/1/true/false/yes/no/on/off (any case), so that
 ``MPIRING_CUDA_AWARE_MPI=2`` or ``MPIRING_SHARE_GPU=maybe`` is refused instead of guessed;
@@ -132,7 +132,8 @@ TABLE: tuple[Setting, ...] = (
             "(mpiring/call/_hotpath.c, where it is built); 0: in Python, as without it (read when a "
             "communicator is made)"),
     Setting("MPIRING_DIRECT_BLOCKS", "int", 128,
-            "thread blocks of the one-shot/two-shot kernels (read at import); equal on every rank", low=1),
+            "thread blocks of the one-shot/two-shot kernels (read at import); equal on every rank", low=1,
+            high=4096),
     Setting("MPIRING_LL_BLOCK_LINES", "int", 128,
             "about how many lines (8 payload bytes each) one block of the oneshot-ll kernel moves: "
             "fewer spread a message over more SMs (read when a communicator is made)", low=1, high=1024),

@@ -107,8 +107,10 @@ struct GpuCall {
   int par;   // header and oneshot-ll slot: call % 2
 };
 
-// ll_state's low START_BITS bits count a launch's started blocks (grids stay far below 2^20
-// blocks); the rest, calls begun: 2^44 calls, as direct.cu's barrier values (call << 20) allow.
+// ll_state's low START_BITS bits count a launch's started blocks; the rest, calls begun: 2^44
+// calls, as direct.cu's barrier values (call << STEP_BITS) allow. Grids stay far below 2^20
+// blocks: one-shot and two-shot run at most 4096 (MPIRING_DIRECT_BLOCKS), oneshot-ll at most one
+// per line of its largest message (tests/test_cuda_contract.py checks both bounds).
 #define START_BITS 20
 
 // This launch's call number: thread 0 of each block takes it and counts the block as started
