@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import toy_algorithm
 from keyed_arrays import Keyed
 from mpi4py import MPI
 
 import mpiring
+from mpiring import algorithms
 from mpiring.algorithms import Algorithm
 
 
@@ -24,8 +26,20 @@ def replayed_row(name: str, code: int, launches: list[int]) -> Algorithm:
     return dataclasses.replace(toy_algorithm.ROW, name=name, code=code, bind=bind)
 
 
-def keyed_comm(world: MPI.Intracomm, **kwargs) -> mpiring.Communicator:
-    """A host communicator whose calls on ``Keyed`` arrays have a key, as GPU calls on CuPy arrays do."""
-    comm = mpiring.Communicator(world, gpu=False, timeout=60.0, **kwargs)
+def registered(row: Algorithm):
+    """A module-scoped autouse fixture that registers ``row`` for the module's tests, then
+    unregisters it (``row = registered(ROW)`` at module level)."""
+    @pytest.fixture(scope="module", autouse=True, name="row")
+    def fixture():
+        mpiring.register(row)
+        yield row
+        algorithms.unregister(row.name)
+    return fixture
+
+
+def keyed_comm(**kwargs) -> mpiring.Communicator:
+    """A host communicator of ``MPI.COMM_WORLD`` whose calls on ``Keyed`` arrays have a key, as GPU
+    calls on CuPy arrays do."""
+    comm = mpiring.Communicator(MPI.COMM_WORLD, gpu=False, timeout=60.0, **kwargs)
     comm.call_keys.array_type = Keyed  # what a GPU communicator keys on (CuPy's arrays): the stand-in
     return comm

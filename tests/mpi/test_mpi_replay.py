@@ -14,26 +14,14 @@ import pytest
 from keyed_arrays import Keyed
 from mpi4py import MPI
 from mpi_support import all_ok
-from replayed_rows import keyed_comm as keyed_world_comm
-from replayed_rows import replayed_row
+from replayed_rows import keyed_comm, registered, replayed_row
 
 import mpiring
-from mpiring import algorithms
 
 world = MPI.COMM_WORLD
 REPLAYED: list[int] = []  # one entry per replayed call
 ROW = replayed_row("toy-replayed", 98, REPLAYED)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def row():
-    mpiring.register(ROW)
-    yield ROW
-    algorithms.unregister(ROW.name)
-
-
-def keyed_comm(**kwargs) -> mpiring.Communicator:
-    return keyed_world_comm(world, **kwargs)
+row = registered(ROW)  # registered for this module's tests
 
 
 def expected(call: int, count: int) -> np.ndarray:
