@@ -8,7 +8,8 @@ the same array twice, or views at a random element offset into larger buffers, w
 elements must stay untouched). Inputs are small integers that change with every case, so
 every sum is exact in every dtype and the result is compared with zero tolerance.
 
-Bounded in time: a minute by default, ``--fuzz-seconds S`` for longer. The seed is drawn
+Bounded in time: a minute by default, ``--fuzz-seconds S`` for longer, after a warm-up that
+compiles (and checks) every row × dtype × reduction once. The seed is drawn
 afresh each run and printed in every failure with the case, so ``--fuzz-seed N`` replays it;
 ``--fuzz-rows twoshot,ring`` draws from those rows only.
 ``MPIRING_FUZZ_REPORT=path`` makes rank 0 append one JSON line of what ran (cases per row).
@@ -166,9 +167,22 @@ def comm():
 def test_random_calls_are_exact(comm, seconds, seed, rows):
     """Random cases until ``--fuzz-seconds`` have passed (rank 0's clock decides for all)."""
     algos = rows
-    for algo in algos:  # compile every kernel before the clock starts (NVRTC takes a while)
-        run_case(comm, dict(algo=algo, dtype="float32", op=mpiring.Op.SUM, count=1000,
-                            placement="out", offsets=(1, 1)), salt=0)
+    # Compile every kernel the cases can draw before the clock starts: NVRTC takes seconds per
+    # (row, dtype, op), which on a fresh machine would eat most of the window. Checked as well.
+    warm = time.monotonic()
+    warm_failures = []
+    for algo in algos:
+        for dtype in DTYPES:
+            for op in dict.fromkeys(OPS):
+                case = dict(algo=algo, dtype=dtype, op=op, count=1000, placement="out", offsets=(1, 1))
+                try:
+                    problem = run_case(comm, case, salt=0)
+                except mpiring.MpiringError as err:
+                    problem = f"raised {err!r}"
+                if problem is not None:
+                    warm_failures.append(f"warm-up {algo} {dtype} {op.name}: {problem}")
+    warm_seconds = time.monotonic() - warm
+    agree(not warm_failures, "; ".join(warm_failures))
     rng = np.random.default_rng(seed)
     ran: Counter[str] = Counter()
     failures: list[str] = []
@@ -194,6 +208,7 @@ def test_random_calls_are_exact(comm, seconds, seed, rows):
     report = os.environ.get("MPIRING_FUZZ_REPORT")
     if report and RANK == 0:
         with open(report, "a") as f:
-            f.write(json.dumps({"ranks": SIZE, "seed": seed, "seconds": round(time.monotonic() - start, 1),
+            f.write(json.dumps({"ranks": SIZE, "seed": seed, "warm_up_seconds": round(warm_seconds, 1),
+                                "seconds": round(time.monotonic() - start, 1),
                                 "cases": case_no, "per_row": dict(ran), "failures": failures}) + "\n")
     agree(not failures, " | ".join(failures) + f" (replay: --fuzz-seed {seed})")
