@@ -160,12 +160,12 @@ def test_oneshot_ll_threads_and_lines_match_the_kernel() -> None:
 
 def test_oneshot_ll_line_mapping_is_the_one_tests_model() -> None:
     """tests/test_direct_kernels.py models which lines each thread of a oneshot-ll grid moves;
-    the kernel must map them so, in its load, push and read loops alike."""
+    the kernel must map them so, in its push loop and in its read loop alike."""
     kernel = re.sub(r"\s+", " ", sources.read("oneshot_ll.cu"))
     assert kernel.count("const long long first = (long long)blockIdx.x * blockDim.x * per_thread + t;") == 1
     assert kernel.count("const long long l = first + (long long)k * blockDim.x; "
-                        "if (k >= per_thread || l >= lines) break;") == 3
-    assert kernel.count("for (int k = 0; k < LL_LINES; ++k)") == 3
+                        "if (k >= per_thread || l >= lines) break;") == 2
+    assert kernel.count("for (int k = 0; k < LL_LINES; ++k)") == 2
 
 
 def test_every_grid_fits_the_started_block_count() -> None:

@@ -236,10 +236,6 @@ def test_the_extension_refuses_bad_addresses() -> None:
             h.hot.module.HotReplay(**{**_arguments(h, replay), "line": b"x" * 12})
         with pytest.raises(TypeError, match="stream_order"):
             h.hot.module.HotReplay(**{**_arguments(h, replay), "stream_order": [None]})
-        for spin in (-1, 60 * 10**9 + 1):
-            with pytest.raises(ValueError, match=f"wait_ns {spin}, 0 to"):
-                h.hot.module.HotReplay(**{**_arguments(h, replay), "wait_ns": spin})
-        assert _arguments(h, replay)["wait_ns"] == hot_replay.SPIN_NS
     finally:
         h.close()
 

@@ -45,16 +45,7 @@ from mpiring.algorithms import Collective
 from mpiring.call.agreement import FIELDS, AgreementCheck
 from mpiring.call.call_check import CallCheck
 from mpiring.call.dispatch import Key, Replay
-from mpiring.call.hot_replay import (
-    FALLBACK,
-    REPLAYED,
-    SPIN_NS,
-    CallWords,
-    HotPath,
-    Replayer,
-    compiled,
-    new_lock,
-)
+from mpiring.call.hot_replay import FALLBACK, REPLAYED, CallWords, HotPath, Replayer, compiled, new_lock
 from mpiring.call.options import GPU_CHECK
 from mpiring.call.replay import CallKeys
 from mpiring.communicator import Communicator
@@ -175,11 +166,10 @@ class FakeGpu:
 
 class Harness:
     """One rank's communicator, cut down to its replayed calls, in ``mode`` ("compiled" or
-    "python"); ``fail`` and ``usable`` are ``Communicator._fail`` and ``_usable``, line for line.
-    ``spin_ns``: how long a compiled replay spins for the slowest rank (``HotPath``)."""
+    "python"); ``fail`` and ``usable`` are ``Communicator._fail`` and ``_usable``, line for line."""
 
     def __init__(self, mode: str, comm: MPI.Intracomm = MPI.COMM_SELF, gpu_check: bool = True,
-                 timeout: float = TIMEOUT, noop_launch: bool = False, spin_ns: int = SPIN_NS) -> None:
+                 timeout: float = TIMEOUT, noop_launch: bool = False) -> None:
         self.mode, self.rank = mode, comm.rank
         self.board = ControlBoard(comm, 0, TimeoutPolicy(timeout))
         self.gpu = FakeGpu(comm.rank)
@@ -199,7 +189,7 @@ class Harness:
             assert module is not None, "the extension is not built (python -m tools.build_hotpath)"
             address = module.noop_launch_address() if noop_launch else self.launches.address
             self.hot = HotPath.make(self.words, self.gpu.replay_hooks(), self.board, self.check,
-                                    launch_address=address, spin_ns=spin_ns)
+                                    launch_address=address)
             assert self.hot is not None, "the extension is not built (python -m tools.build_hotpath)"
         self.words.accept()
 

@@ -8,9 +8,7 @@
      1. health: the communicator's REFUSING word (failed or closed), the GPU status block's
         STATE word, the watchdog's FAILED word, every node peer's FAILED counter on the control
         board;  a capture begun since (the replay's ``capturing``, where it has one);
-     2. the agreement check's post: does line k % D still wait for the slowest rank? (If so,
-        spin a few microseconds for it, the GIL released: a rank D - 1 calls ahead of the
-        slowest one would otherwise hand every call to Python's wait, about ten times dearer.)
+     2. the agreement check's post: does line k % D still wait for the slowest rank?
      3. the stream order: is CuPy's current stream the one the latest call ran on?
    Everything so far only reads (but for refreshing the all-posted count that step 2 keeps, as
    AgreementCheck._wait_all does). Anything unusual answers FALLBACK with nothing done, and the
@@ -29,7 +27,6 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 /* run()'s outcomes (mirrored by mpiring.call.hot_replay, which checks them at import). */
 enum {
@@ -68,7 +65,6 @@ typedef struct {
     int64_t *count;                /* this rank's CALLS counter on the board */
     const int64_t *all_counts[MAX_PEERS]; /* every board rank's CALLS counter (this one's too) */
     Py_ssize_t ranks;
-    int64_t wait_ns;               /* how long step 2 spins for the slowest rank before Python waits */
     /* 3. the stream order */
     PyObject *current_stream;      /* callable -> CuPy's current stream object */
     PyObject *stream_order;        /* list [latest call's stream object, its handle (int)] */
@@ -140,17 +136,16 @@ static int HotReplay_init(HotReplay *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"refusing", "gpu_state", "watchdog_failed", "peer_failed", "capturing",
                             "progress", "lines", "line", "count", "all_counts", "current_stream", "stream_order",
                             "launch", "function", "grid", "block", "params", "replayed", "skipped",
-                            "keep", "wait_ns", NULL};
+                            "keep", NULL};
     unsigned long long refusing, gpu_state, watchdog_failed, progress, count, launch, function,
         params, replayed, skipped;
     unsigned int grid, block;
     PyObject *peer_failed, *capturing, *lines, *all_counts, *current_stream, *stream_order, *keep;
     Py_buffer line;
-    long long wait_ns = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKOOKOy*KOOOKKIIKKKO|L", names, &refusing, &gpu_state,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KKKOOKOy*KOOOKKIIKKKO", names, &refusing, &gpu_state,
                                      &watchdog_failed, &peer_failed, &capturing, &progress, &lines, &line,
                                      &count, &all_counts, &current_stream, &stream_order, &launch, &function, &grid,
-                                     &block, &params, &replayed, &skipped, &keep, &wait_ns))
+                                     &block, &params, &replayed, &skipped, &keep))
         return -1;
     int ok = -1;
     self->initialised = 0;
@@ -166,12 +161,6 @@ static int HotReplay_init(HotReplay *self, PyObject *args, PyObject *kwargs) {
     self->skipped_seen = -1; /* the first replay hands any count to Python, which knows what it raised */
     self->grid = grid;
     self->block = block;
-    if (wait_ns < 0 || wait_ns > 60000000000LL) {
-        PyErr_Format(PyExc_ValueError, "HotReplay: wait_ns %lld, 0 to 6 * 10^10 (a minute)", wait_ns);
-        PyBuffer_Release(&line);
-        return -1;
-    }
-    self->wait_ns = wait_ns;
     self->launch = (launch_kernel_t)(uintptr_t)launch;
     if (checked_word("refusing", (void *)self->refusing) || checked_word("replayed", self->replayed))
         goto done;
@@ -238,53 +227,6 @@ done:
     return ok;
 }
 
-/* The least CALLS count on the board, each acquired (the line write after it must not move
-   before these reads). */
-static int64_t least_count(const HotReplay *self) {
-    int64_t least = INT64_MAX;
-    for (Py_ssize_t i = 0; i < self->ranks; i++) {
-        int64_t seen = __atomic_load_n(self->all_counts[i], __ATOMIC_ACQUIRE);
-        least = seen < least ? seen : least;
-    }
-    return least;
-}
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Step 2's short wait: spin (the GIL released, as for the launch) until every rank posted
-   `count`, for at most wait_ns, or until a peer's failure mark appears. Returns the least count
-   seen last; short of `count`, Python waits (bounded by the timeout, and raises what failed). */
-static int64_t spin_for_count(const HotReplay *self, int64_t count) {
-    int64_t least;
-    Py_BEGIN_ALLOW_THREADS
-    const int64_t deadline = now_ns() + self->wait_ns;
-    for (;;) {
-        least = least_count(self);
-        if (least >= count || now_ns() > deadline)
-            break;
-        int failed = 0;
-        for (Py_ssize_t i = 0; i < self->peers && !failed; i++)
-            failed = load_relaxed(self->peer_failed[i]) != 0;
-        if (failed)
-            break;
-        cpu_relax();
-    }
-    Py_END_ALLOW_THREADS
-    return least;
-}
-
 /* Steps 1-3: whether the call can be replayed here without Python (reads only). 1: yes,
    0: no (fall back), -1: an error that is not the call's (none today; kept for the API). */
 static int ready(HotReplay *self, void **stream) {
@@ -317,12 +259,14 @@ static int ready(HotReplay *self, void **stream) {
     if (self->posts) {
         int64_t last_use = self->progress[0] + 1 - (int64_t)self->depth + 1;
         if (self->progress[1] < last_use) {
-            /* _wait_all's first look, which most often finds every rank there, then a short spin
-               for the slowest rank; the least count is kept as AgreementCheck keeps it (ahead,
-               later looks skip). Still short of it: Python waits. */
-            int64_t least = least_count(self);
-            if (least < last_use && self->wait_ns > 0)
-                least = spin_for_count(self, last_use);
+            /* _wait_all's first look, which most often finds every rank there: the least count,
+               acquired (the line write below must not move before these reads), kept as
+               AgreementCheck keeps it (ahead, later looks skip). Short of it: Python waits. */
+            int64_t least = INT64_MAX;
+            for (Py_ssize_t i = 0; i < self->ranks; i++) {
+                int64_t seen = __atomic_load_n(self->all_counts[i], __ATOMIC_ACQUIRE);
+                least = seen < least ? seen : least;
+            }
             if (least < last_use)
                 return 0;
             self->progress[1] = least;

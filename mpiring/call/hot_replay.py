@@ -11,11 +11,9 @@ A replayed call of a one-launch row does, in order (the reference: :meth:`Replay
 In Python that is about forty function calls. A :class:`HotReplay` (the C extension
 ``mpiring/call/_hotpath.c``, one object per bound replay, made with the replay by
 :meth:`HotPath.bind`) holds every address those steps touch and does the common case with a
-few loads, the post's stores and one ``cuLaunchKernel`` through a function pointer. Where the
-post must wait for the slowest rank it spins for it, the GIL released, up to
-:data:`SPIN_NS`. Whatever is rare it hands back undone (:data:`FALLBACK`): a failure to raise,
-a longer wait for the slowest rank, a stream change, a capture; the Python replay then runs the
-call exactly as before. The
+few loads, the post's stores and one ``cuLaunchKernel`` through a function pointer. Whatever
+is rare it hands back undone (:data:`FALLBACK`): a failure to raise, a wait for the slowest
+rank, a stream change, a capture; the Python replay then runs the call exactly as before. The
 state both paths use lives in shared words (the communicator's :class:`CallWords`, the
 agreement check's ``PostWords``, the GPU backend's ``ReplayHooks``), so they interleave freely.
 
@@ -62,11 +60,6 @@ FALLBACK = 0  # nothing done: the Python replay runs the call
 REPLAYED = 1  # posted, launched and counted: done
 REPLAYED_REPORT = 2  # done, and the GPU check skipped calls since: CallCheck.after() raises them
 LAUNCH_FAILED = 3  # posted, then cuLaunchKernel failed: the communicator fails, as in Python
-
-# How long a compiled replay spins for the slowest rank before Python waits (bounded by the
-# timeout). Ranks in a tight loop of small calls run D - 1 calls apart and wait at every call; a
-# spin of a few microseconds keeps them there, where each handed-back call costs the Python replay.
-SPIN_NS = 20_000
 
 EXTENSION = "mpiring.call._hotpath"
 log = logging.getLogger(__name__)
@@ -122,14 +115,11 @@ class HotPath:
         check: the communicator's agreement check (its post's words, if it posts).
         launch_address: the address of a function with ``cuLaunchKernel``'s signature (default:
             the driver's, from ``libcuda.so.1``); tests pass a ctypes callback that records.
-        spin_ns: how long a replay spins for the slowest rank before it hands the call to
-            Python (0: never; the default :data:`SPIN_NS`).
     """
 
     def __init__(self, module: ModuleType, words: CallWords, hooks: ReplayHooks, failure_words: list[int],
-                 check: CallCheck, launch_address: int | None = None, spin_ns: int = SPIN_NS) -> None:
+                 check: CallCheck, launch_address: int | None = None) -> None:
         self.module, self.words, self.hooks, self.check = module, words, hooks, check
-        self.spin_ns = spin_ns
         self.failure_words = tuple(failure_words)
         self.launch_address = module.cuda_launch_address() if launch_address is None else launch_address
         agreement = check.agreement
@@ -139,7 +129,7 @@ class HotPath:
     @classmethod
     def make(cls, words: CallWords, hooks: ReplayHooks | None, board: ControlBoard | None,
              check: CallCheck, environ: dict[str, str] | None = None,
-             launch_address: int | None = None, spin_ns: int = SPIN_NS) -> HotPath | None:
+             launch_address: int | None = None) -> HotPath | None:
         """The hot path of a communicator, or None where its replays stay in Python (no GPUs,
         several nodes, no extension, ``MPIRING_HOTPATH=0``)."""
         module = compiled(environ)
@@ -147,7 +137,7 @@ class HotPath:
         if module is None or hooks is None or failure_words is None:
             return None
         try:
-            return cls(module, words, hooks, failure_words, check, launch_address, spin_ns)
+            return cls(module, words, hooks, failure_words, check, launch_address)
         except OSError as err:  # no libcuda.so.1 to launch through: the Python replay does
             log.warning("the compiled replay is off: %s", err)
             return None
@@ -189,7 +179,7 @@ class HotPath:
             launch=self.launch_address, function=launch.function, grid=launch.blocks,
             block=launch.threads, params=launch.params, replayed=self.words.replayed.buffer_info()[0],
             skipped=hooks.skipped if self.check.reports_skipped else 0,
-            keep=(self._keep, launch), wait_ns=self.spin_ns)
+            keep=(self._keep, launch))
 
 
 class Replayer:

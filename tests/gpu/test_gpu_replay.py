@@ -83,6 +83,14 @@ def counting_full_path(comm: mpiring.Communicator) -> FullPath:
     return FullPath(comm)
 
 
+def sum_case(count: int, dtype) -> tuple[cupy.ndarray, ...]:
+    """What a test of a sum on changing data starts from: this rank's input, the sum of every
+    rank's, an input and an output array of the shape, and a device counter of wrong elements."""
+    base = rank_input(RANK, count, dtype)
+    want = reference(mpiring.Op.SUM, SIZE, count).astype(dtype)
+    return base, want, cupy.empty_like(base), cupy.empty_like(base), cupy.zeros((), dtype=cupy.int64)
+
+
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
 @pytest.mark.parametrize("dtype", [cupy.float32, cupy.int32], ids=["float32", "int32"])
 @pytest.mark.parametrize("algo", ROWS)
@@ -93,10 +101,7 @@ def test_thousands_of_replayed_calls_on_changing_data_are_exact(algo, dtype, in_
     count, calls = fit(algo, 12_345, dtype), 3000
     chance = random.Random(31)  # the same draws on every rank
     stream = cupy.cuda.get_current_stream()
-    base = rank_input(RANK, count, dtype)
-    want = reference(mpiring.Op.SUM, SIZE, count).astype(dtype)
-    x, out = cupy.empty_like(base), cupy.empty_like(base)
-    wrong = cupy.zeros((), dtype=cupy.int64)
+    base, want, x, out, wrong = sum_case(count, dtype)
     with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
         full = counting_full_path(c)
         for call in range(calls):
@@ -159,10 +164,7 @@ def test_a_persistent_start_captured_in_a_graph_sees_new_data(algo):
     changing inputs; Starts after the capture are eager again and exact."""
     count = fit(algo, 3001, cupy.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
-    base = rank_input(RANK, count, cupy.float32)
-    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
-    x, out = cupy.empty_like(base), cupy.empty_like(base)
-    wrong = cupy.zeros((), dtype=cupy.int64)
+    base, want, x, out, wrong = sum_case(count, cupy.float32)
     with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c, stream:
         request = c.Allreduce_init(x, out)
         for _ in range(3):
@@ -191,10 +193,7 @@ def test_a_replay_launches_on_the_current_stream(algo):
     replayed call runs on the stream current at the call, after what was queued there."""
     count = fit(algo, 4099, cupy.float32)
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
-    base = rank_input(RANK, count, cupy.float32)
-    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
-    x, out = cupy.empty_like(base), cupy.empty_like(base)
-    wrong = cupy.zeros((), dtype=cupy.int64)
+    base, want, x, out, wrong = sum_case(count, cupy.float32)
     problems = []
     with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c:
         full = counting_full_path(c)
@@ -222,10 +221,7 @@ def test_a_replay_captured_in_a_graph_sees_new_data(algo):
     replay is what gets captured), launched 100 times on changing inputs."""
     count = fit(algo, 5000, cupy.float32)
     stream = cupy.cuda.Stream(non_blocking=True)
-    base = rank_input(RANK, count, cupy.float32)
-    want = reference(mpiring.Op.SUM, SIZE, count).astype(cupy.float32)
-    x, out = cupy.empty_like(base), cupy.empty_like(base)
-    wrong = cupy.zeros((), dtype=cupy.int64)
+    base, want, x, out, wrong = sum_case(count, cupy.float32)
     with mpiring.Communicator(WORLD, gpu=True, algorithm=algo) as c, stream:
         full = counting_full_path(c)
         for _ in range(3):

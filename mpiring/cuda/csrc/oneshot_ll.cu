@@ -46,29 +46,21 @@ __global__ void __launch_bounds__(LL_THREADS) oneshot_ll(const typename T::S* in
                                                   const Ctl* __restrict__ c, int vec, u64 d0, u64 d1,
                                                   int per_thread) {
   typedef typename T::S S;
+  const GpuCall g = gpu_call(c);
   const int me = c->rank, size = c->size, t = threadIdx.x;
+  const u64 tag = (u64)g.flag << 32;
   const long long lines = (n + 8 / sizeof(S) - 1) / (8 / sizeof(S));
-  const long long first = (long long)blockIdx.x * blockDim.x * per_thread + t;
 
-  // 0. My lines' payload, loaded before the call number: the loads need none, so their latency
-  // overlaps gpu_call's atomic (the input is this stream's to read: stream order).
+  // 1. This call's descriptor, then my lines, into row `me` of every peer's slot. The lines go
+  // out before the check, unconditionally: a peer that disagrees waits for them to clear them.
+  post_descriptor(c, g, d0, d1);
+  const long long first = (long long)blockIdx.x * blockDim.x * per_thread + t;
   u64 mine[LL_LINES];
 #pragma unroll
   for (int k = 0; k < LL_LINES; ++k) {
     const long long l = first + (long long)k * blockDim.x;
     if (k >= per_thread || l >= lines) break;
     mine[k] = load_word<u64>(in, l, n, vec);
-  }
-  const GpuCall g = gpu_call(c);
-  const u64 tag = (u64)g.flag << 32;
-
-  // 1. This call's descriptor, then my lines, into row `me` of every peer's slot. The lines go
-  // out before the check, unconditionally: a peer that disagrees waits for them to clear them.
-  post_descriptor(c, g, d0, d1);
-#pragma unroll
-  for (int k = 0; k < LL_LINES; ++k) {
-    const long long l = first + (long long)k * blockDim.x;
-    if (k >= per_thread || l >= lines) break;
     for (int r = 0; r < size; ++r)
       if (r != me) st_payload(line_of(c, r, g.par, me, l), tag, mine[k]);
   }
