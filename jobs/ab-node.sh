@@ -21,14 +21,16 @@ out=$(mkdir -p "${OUTDIR:-results/ab}" && cd "${OUTDIR:-results/ab}" && pwd)
 rm -f "$out"/ab-*
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-names=() trees=()
+names=() trees=() commits=()
 for i in "${!sources[@]}"; do
   src=${sources[$i]}
   if [[ -f $src && $src == *.tar ]]; then
     name=$(basename "$src" .tar)
+    commit=$(git get-tar-commit-id < "$src" || true)  # the commit `git archive` wrote in, if any
     mkdir "$work/$i" && tar -x -C "$work/$i" -f "$src"
   else
     name=$(git rev-parse --short "$src^{commit}")
+    commit=$name
     mkdir "$work/$i" && git archive "$(git rev-parse --verify "$src^{commit}")" | tar -x -C "$work/$i"
   fi
   (( i == 0 )) && name=base
@@ -36,10 +38,10 @@ for i in "${!sources[@]}"; do
     echo "ab-node.sh: arm name '$name' (from $src) must be letters, digits, '.' or '+', unique, not 'new'" >&2
     exit 2
   fi
-  names+=("$name") trees+=("$work/$i")
+  names+=("$name") trees+=("$work/$i") commits+=("${commit:0:7}")
   echo "== arm $name: $src in $work/$i"
 done
-names+=(new) trees+=("$PWD")
+names+=(new) trees+=("$PWD") commits+=("${MPIRING_COMMIT:-}")
 echo "== arm new: $PWD ($(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ", with uncommitted changes"))"
 for tree in "${trees[@]}"; do  # the compiled replay, in each tree (without it replays run in Python)
   (cd "$tree" && "$PY" -m tools.build_hotpath --check) || echo "($tree: not built, the replays run in Python)"
@@ -48,7 +50,8 @@ bench=(--no-plot --progress off --output-dir "$out")
 for round in $(seq "${ROUNDS:-2}"); do
   for i in "${!names[@]}"; do
     echo "== round $round: ${names[$i]}"
-    (cd "${trees[$i]}" && PYTHONPATH="${trees[$i]}" run "$NGPUS" "$PY" -m mpiring.bench "$@" "${bench[@]}" \
+    # An arm's tree is no checkout: the results take its commit from MPIRING_COMMIT (unknown if empty).
+    (cd "${trees[$i]}" && PYTHONPATH="${trees[$i]}" MPIRING_COMMIT="${commits[$i]}" run "$NGPUS" "$PY" -m mpiring.bench "$@" "${bench[@]}" \
       --name "ab-${names[$i]}-$round")
   done
 done

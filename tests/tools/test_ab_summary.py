@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from csv import DictReader
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,11 @@ def row(size: int, algo: str, time_us: float | None, status: str = "ok", wrong: 
 
 def write(directory: Path, arm: str, number: int, rows: list[Row]) -> None:
     write_csv(directory / f"ab-{arm}-{number}_host_20261127.csv", rows)
+
+
+def runs_rows(csv: Path) -> list[dict[str, str]]:
+    with csv.open(newline="") as f:
+        return list(DictReader(f))
 
 
 def test_each_round_of_each_arm_and_the_ratio_of_their_means(tmp_path: Path) -> None:
@@ -105,6 +111,13 @@ def test_the_job_script_runs_every_arm_on_the_host_transport(tmp_path: Path, job
         ("mpi-direct", "1024"), ("mpi-direct", "2048"), ("ring", "1024"), ("ring", "2048")]
     assert all(len(cells) == 6 + 3 + 2 for cells in table)  # a time per arm, v1/base and new/base
     assert "# wrong elements over the ok rows: base 0, v1 0, new 0" in summary
+    # The base and v1 trees are no checkouts: each arm's results name the commit it ran.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    for arm in ("base", "v1"):
+        (csv,) = out.glob(f"ab-{arm}-1_*.csv")
+        commits = {r["commit"] for r in runs_rows(csv)}
+        assert commits == {head[:7]}, (arm, commits)
 
 
 def test_the_job_script_refuses_an_arm_it_cannot_name(tmp_path: Path, job) -> None:
