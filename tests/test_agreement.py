@@ -52,18 +52,24 @@ def in_threads(ranks: list[int], size: int, call) -> list[BaseException | None]:
     return results
 
 
-def run_ranks(rejected: list[bool], values: list[dict[str, int]]) -> list[BaseException | None]:
-    """Run one agreement check on every simulated rank; return what each raised."""
+def run_ranks(rejected: list[bool], values: list[dict[str, int]],
+              times: int = 1) -> list[BaseException | None]:
+    """Run ``times`` agreement checks, one after the other on the same checks, on every
+    simulated rank; return what each raised."""
     size = len(values)
     shared = {"box": [None] * size, "barrier": threading.Barrier(size, timeout=10)}
     checks = [AgreementCheck(ThreadComm(r, size, shared)) for r in range(size)]
-    return in_threads(list(range(size)), size, lambda r: checks[r].run(rejected[r], values[r]))
+
+    def rank(r: int) -> None:
+        for _ in range(times):
+            checks[r].run(rejected[r], values[r])
+    return in_threads(list(range(size)), size, rank)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
 def test_agreement_passes(size: int) -> None:
-    """Identical arguments pass on every rank, also twice in a row on the same buffers."""
-    assert run_ranks([False] * size, [dict(GOOD)] * size) == [None] * size
+    """Identical arguments pass on every rank, also three times in a row on the same buffers."""
+    assert run_ranks([False] * size, [dict(GOOD)] * size, times=3) == [None] * size
 
 
 @pytest.mark.parametrize("bad", [0, 2, 4])
@@ -283,11 +289,13 @@ def test_mismatch_errors_name_dtypes_ops_and_memory_not_codes() -> None:
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_board_check_over_many_calls_with_stragglers(size: int) -> None:
-    """The one-node check reuses two board lines per rank: over 1500 calls on changing
-    arguments, with random stragglers, every rank gets exactly the verdict of each call: a
-    mismatch injected by one rank at call k makes every rank raise RankMismatchError at k (no
-    rank reads a descriptor of call k+2 in place of call k's), a rejection makes the others
-    raise PeerArgumentError, and every other call passes."""
+    """The one-node check on the board's lines (call k in line k % D): over 1500 calls on
+    changing arguments, with random stragglers, every rank gets exactly the verdict of each
+    call: a mismatch injected by one rank at call k makes every rank raise RankMismatchError at
+    k (no rank reads another call's line in place of call k's), a rejection makes the others
+    raise PeerArgumentError, and every other call passes. Every call here waits for every
+    rank's descriptor, so the ranks stay within a call of each other; a rank that posts without
+    waiting, D - 1 calls ahead, is tests/mpi/test_mpi_agreement_board.py's."""
     calls = 1500
     lines = board_lines(size)
     shared = {"box": [None] * size, "lock": threading.Lock()}

@@ -376,3 +376,30 @@ def test_a_missing_rank_is_named_by_every_peer_stuck_on_it(size: int, phase: Pha
         err = engine.stall_error(plan, before, tuple(int(w) for w in words), 1.0, "hint")
         assert err.peer == victim and f"waiting for rank {victim} " in str(err), str(err)
         assert str(err).startswith(f"rank {r} timed out after 1 s in the ce-twoshot algorithm"), str(err)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+@pytest.mark.parametrize("flag, phase, in_place", [("folded", Phase.ALLREDUCE, False),
+                                                   ("pushed", Phase.REDUCE_SCATTER, True)])
+def test_a_rank_stuck_on_its_own_work_names_no_peer(size: int, flag: str, phase: Phase,
+                                                    in_place: bool) -> None:
+    """Where the first wait a rank's flags leave unmet is for its own work (its fold; in an
+    in-place reduce-scatter, its push of block 0's piece, which the fold overwrites): the
+    diagnosis blames no peer and says the GPU is busy or hung; where no wait is unmet, it says
+    that too."""
+    rng = np.random.default_rng(size)
+    node = Node(size, 256, np.dtype(np.float32))
+    one_call(node, Phase.ALLREDUCE, 70, 1, False, "sum", rng)  # a first call: flags carry over
+    engine = node.engines[1]  # (rank 0 never waits for its own push: block 0 is its own)
+    plan, before = AllToAllPlan(size, size * 150, 64, phase, in_place=in_place), engine.done
+    satisfied = [1 << 62] * (node.layout.flags_end // 8)
+    err = engine.stall_error(plan, before, tuple(satisfied), 1.0, "hint")
+    assert err.peer is None and "no wait for a peer is pending: the GPU is busy or hung" in str(err), str(err)
+    own = [op for _, op in plan.issue_order(1, before) if getattr(op, "flag", ("",))[0] == flag]
+    assert own, f"the plan waits for {flag}"
+    words = list(satisfied)
+    for op in own:
+        words[node.layout.flag(flag, op.flag[2]) // 8] = 0
+    err = engine.stall_error(plan, before, tuple(words), 1.0, "hint")
+    assert err.peer is None and "this rank's own" in str(err) and "busy or hung" in str(err), str(err)
+    assert err.seq == own[0].value

@@ -145,6 +145,43 @@ def test_the_table_finds_only_what_pythons_key_finds(learned, asked) -> None:
             assert key is not None and plans.get(key) is found, args
 
 
+def _base_call() -> tuple:
+    """Allreduce(send, recv, SUM, algorithm="oneshot", batches=1) of 8 float32 out of place."""
+    return (ALLREDUCE, cupy_like(8, 0x2000), cupy_like(8, 0x1000), MPI.SUM, "oneshot", 1)
+
+
+# One field of _base_call() changed, everything else equal (a shape alone: the same pointer and
+# strides, twice the elements).
+ONE_FIELD_CHANGED = {
+    "collective": lambda c: (Collective.ALLGATHER, *c[1:]),
+    "send pointer": lambda c: (c[0], cupy_like(8, 0x3000), *c[2:]),
+    "in place": lambda c: (c[0], None, *c[2:]),
+    "recv pointer": lambda c: (c[0], c[1], cupy_like(8, 0x4000), *c[3:]),
+    "shape": lambda c: (c[0], cupy_like(16, 0x2000), cupy_like(16, 0x1000), *c[3:]),
+    "recv shape": lambda c: (c[0], c[1], cupy_like(16, 0x1000), *c[3:]),
+    "dtype": lambda c: (c[0], cupy_like(8, 0x2000, np.int32), cupy_like(8, 0x1000, np.int32), *c[3:]),
+    "strides": lambda c: (c[0], c[1], _view(cupy_like(16, 0x1000)[::2]), *c[3:]),
+    "op": lambda c: (*c[:3], MPI.MAX, *c[4:]),
+    "algorithm": lambda c: (*c[:4], "twoshot", c[5]),
+    "batches": lambda c: (*c[:5], 2),
+}
+
+
+@pytest.mark.parametrize("field", ONE_FIELD_CHANGED)
+def test_a_call_that_differs_in_one_field_is_another_shape(field) -> None:
+    """The table learns one call, then does not find it with any one field changed (Python's
+    key tells them apart too); learned as well, each finds its own replay."""
+    keys, table = CallKeys(CupyLike), table_of()
+    base = _base_call()
+    other = ONE_FIELD_CHANGED[field](_base_call())
+    assert keys.key(*base) != keys.key(*other), "the variant must be another shape for Python too"
+    first, second = object(), object()
+    assert table.learn(*base, first, token())
+    assert table.find(*other) is None
+    assert table.learn(*other, second, token())
+    assert table.find(*base) is first and table.find(*other) is second
+
+
 def test_the_table_keys_what_python_keys_for_the_usual_calls() -> None:
     """CuPy arrays, in place or not, MPI's ops, Op, names, None or int batches: keyed."""
     table, hot = table_of(), token()

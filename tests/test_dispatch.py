@@ -47,7 +47,6 @@ def test_answers_are_the_same_at_every_ask(nodes: int) -> None:
             for collective in Collective:
                 first = d.row(size, Memory.CUDA, algo, collective)
                 assert d.row(size, Memory.CUDA, algo, collective) is first
-                assert d._resolve(size, Memory.CUDA, algo, collective) is first
 
 
 def test_graph_capture_is_asked_afresh_for_rows_that_cannot_be_captured() -> None:
@@ -127,6 +126,21 @@ def test_avg_runs_the_sum_then_divides_this_ranks_result(collective: Collective,
     count = recv.size if collective is Collective.ALLREDUCE else m
     address = recv.__array_interface__["data"][0]
     assert host.log == [("ring", Op.SUM, collective), ("average", address, count, 3)]
+
+
+@pytest.mark.parametrize("op, want", [("sum", Op.SUM), (MPI.SUM, Op.SUM), ("max", Op.MAX),
+                                      (MPI.PROD, Op.PROD)])
+@pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])
+def test_other_ops_run_as_they_are_and_divide_nothing(op, want: Op, collective: Collective) -> None:
+    """Only avg divides: any other op runs the row with that op, and nothing after it."""
+    host = FakeHost()
+    d = Dispatcher("auto", None, None, auto_table.load(), from_node_keys([0, 0, 0]), host=host, gpu=None)
+    whole = np.ones(15, np.float32)
+    recv = np.zeros_like(whole) if collective is Collective.ALLREDUCE else np.zeros(5, np.float32)
+    prepared = d.prepare(collective, whole, recv, op, "ring", None)
+    assert prepared.call.op is want and prepared.values["op"] == int(want)
+    prepared.run(host, prepared.call)
+    assert host.log == [("ring", want, collective)]
 
 
 def test_avg_refuses_integers_and_ignores_allgather() -> None:

@@ -17,6 +17,7 @@ from mpi4py import MPI
 from mpiring import algorithms
 from mpiring.algorithms import Collective
 from mpiring.call.agreement import FIELDS, AgreementCheck
+from mpiring.call.hot_replay import CallWords, Replayer
 from mpiring.call.replay import CallKeys, replay_for
 from mpiring.core.ops import Op
 
@@ -44,7 +45,8 @@ def test_the_same_shape_gives_the_same_key_and_in_place_is_one_shape() -> None:
 
 VARIANTS = {
     "pointer": dict(recv=FakeArray(65)),
-    "shape": dict(recv=FakeArray(64, shape=(2, 4), strides=(16, 4))),
+    "shape": dict(recv=FakeArray(64, shape=(16,))),  # the shape alone: pointer and strides equal
+    "dimensions": dict(recv=FakeArray(64, shape=(2, 4), strides=(16, 4))),
     "strides": dict(recv=FakeArray(64, shape=(8,), strides=(8,))),
     "dtype": dict(recv=FakeArray(64, dtype=np.int32)),
     "sendbuf": dict(send=FakeArray(128)),
@@ -158,6 +160,59 @@ def test_a_replay_keeps_the_check_as_a_post_or_as_the_host_check(row_name) -> No
     assert unchecked is not None and unchecked.line is None and unchecked.host_check is None
 
 
+@pytest.mark.parametrize("ask_capture", [False, True])
+def test_a_replay_asks_about_a_capture_only_where_its_row_could_change(ask_capture) -> None:
+    """Where auto's answer depends on a capture (``ask_capture``), the replay keeps the
+    backend's ``capturing``, so that a capture begun since sends the call to the full path;
+    elsewhere it asks nothing."""
+    prepared, _ = _prepared()
+    prepared.ask_capture = ask_capture
+    replay = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=False)
+    assert replay is not None
+    assert replay.capturing is (prepared.backend.capturing if ask_capture else None)
+
+
+class RecordingCheck:
+    """The agreement check as the Python replay calls it, recording each step into ``log``."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def host(self, rejected: bool, values: dict) -> None:
+        self.log.append(("host check", rejected, values))
+
+    def post(self, line) -> None:
+        self.log.append(("post", line.tolist()))
+
+    def after(self) -> None:
+        self.log.append(("after",))
+
+
+@pytest.mark.parametrize("host_checked", [False, True])
+def test_the_python_replay_checks_then_launches(host_checked) -> None:
+    """Replayer.python: the health check, then the agreement check (the post of the line, or
+    the host check of the values, which waits for the peers), then the launch, then the count
+    and the look at skipped calls; and nothing at all while a capture runs (the full path
+    decides)."""
+    prepared, _ = _prepared()
+    prepared.ask_capture = True
+    log: list = []
+    replay = replay_for(Collective.ALLREDUCE, prepared, checked=True, host_checked=host_checked)
+    replay = replay._replace(enqueue=lambda: log.append(("launch",)))
+    words = CallWords()
+    words.accept()
+    replayer = Replayer(words, lambda: log.append(("usable",)), lambda err: log.append(("fail", err)),
+                        RecordingCheck(log))  # type: ignore[arg-type]
+    assert replayer.python(replay)
+    check = (("host check", False, prepared.values) if host_checked
+             else ("post", AgreementCheck.line(prepared.values).tolist()))
+    assert log == [("usable",), check, ("launch",), ("after",)] and words.replayed[0] == 1
+    log.clear()
+    prepared.backend.capturing = lambda: True  # (the replay holds the backend's method: rebind it)
+    replay = replay._replace(capturing=prepared.backend.capturing)
+    assert not replayer.python(replay) and log == [] and words.replayed[0] == 1
+
+
 class NeverCompiled:
     """A compiled path that must not be asked for a replay's compiled form."""
 
@@ -227,7 +282,8 @@ def torch_imported(monkeypatch):
 
 TENSOR_VARIANTS = {
     "pointer": dict(recv=FakeTensor(65)),
-    "shape": dict(recv=FakeTensor(64, shape=(2, 4), stride=(4, 1))),
+    "shape": dict(recv=FakeTensor(64, shape=(16,))),  # the shape alone: pointer and stride equal
+    "dimensions": dict(recv=FakeTensor(64, shape=(2, 4), stride=(4, 1))),
     "stride": dict(recv=FakeTensor(64, stride=(2,))),
     "dtype": dict(recv=FakeTensor(64, dtype="bfloat16")),
     "sendbuf": dict(send=FakeTensor(128)),

@@ -29,6 +29,8 @@ OPS = list(Op)
 SIZES = range(1, 7)
 BATCHES = range(1, 6)
 
+MIB = 1 << 20
+
 
 def counts_for(n: int, b: int) -> list[int]:
     """Every count up to two full rounds of chunks and a few more, plus some that divide nothing."""
@@ -330,11 +332,13 @@ def test_choose_batches_rejects_bad_arguments() -> None:
         choose_batches(10, 2, 5, None, -2)
 
 
-@pytest.mark.parametrize("nbytes", [0, 1, 4096, 256 * 1024 - 1])
+@pytest.mark.parametrize("per_rank, want", [(0, 1), (1, 1), (4096, 1), (32 * MIB - 1, 1), (32 * MIB, 2),
+                                             (1 << 30, 2)])
 @pytest.mark.parametrize("size", [1, 2, 4, 8])
-def test_default_batches_small_messages(nbytes: int, size: int) -> None:
-    """Latency-bound messages (under 256 KiB per rank) run as one mini-batch."""
-    assert default_batches(nbytes * size, size) == 1
+def test_default_batches_split_from_32_mib_per_rank(per_rank: int, size: int, want: int) -> None:
+    """Below 32 MiB per rank a message runs as one mini-batch, from there as two (extra
+    mini-batches pay only for large messages: the measurement is in default_batches)."""
+    assert default_batches(per_rank * size, size) == want
 
 
 @settings(max_examples=300, deadline=None)

@@ -77,11 +77,13 @@ EVERY = 37  # replayed calls per host-checked call: more than D (16)
 @pytest.mark.parametrize("way", WAYS)
 def test_posts_meet_the_host_check_and_the_slowest_rank(way) -> None:
     """600 replayed calls, every 37th followed by a host-checked call (which waits for every
-    rank's descriptor of its number and compares them: a post in the wrong line or under the
-    wrong count fails it, or hangs until its timeout; and, a barrier of sorts, more often than
-    every D calls it would keep the ranks too close to wait at a post); the last rank straggles
-    2 ms every 10 calls, so the others run D - 1 calls ahead and wait (the compiled replay
-    hands those calls to Python)."""
+    rank's descriptor of its number and compares them: a post under the wrong count fails it,
+    or hangs until its timeout; and, a barrier of sorts, more often than every D calls it would
+    keep the ranks too close to wait at a post); the last rank straggles 2 ms every 10 calls,
+    so the others run D - 1 calls ahead and wait (the compiled replay hands those calls to
+    Python). Every post here writes the same descriptor, so which line it lands in is checked
+    where the board's words are compared with the Python replay's, call for call
+    (tests/test_hot_replay.py, tests/test_call_table.py)."""
     problems = []
     h = Harness("python" if way == "python" else "compiled", world, timeout=60.0)
     caller = Caller(way, h)
