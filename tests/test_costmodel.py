@@ -58,7 +58,8 @@ def test_predictions_grow_with_size(nodes: int, gpus: int, size: int, pieces: in
     c = Cluster(nodes, gpus, NVL, NIC_400G)
     assert 0 < hier(size, c, pieces) < hier(2 * size, c, pieces)
     assert 0 < flat(size, c) < flat(2 * size, c)
-    assert best_pieces(size, c) in range(1, 9)
+    best = best_pieces(size, c)
+    assert best in range(1, 9) and hier(size, c, best) == min(hier(size, c, k) for k in range(1, 9))
 
 
 def test_one_gpu_per_node_makes_hier_and_flat_the_same_network_call() -> None:

@@ -7,7 +7,19 @@ import pytest
 
 from mpiring.core import descriptor
 from mpiring.core.fields import FIELDS, SAME, describe_field
-from mpiring.node.signals import AGREE, AGREE_LINES, COUNTER_STRIDE, NUM_COUNTERS
+from mpiring.node.signals import (
+    AGREE,
+    AGREE_LINES,
+    CALLS,
+    CLOSING,
+    COUNTER_STRIDE,
+    EV_FREE,
+    EV_FULL,
+    FAILED,
+    FREE,
+    FULL,
+    NUM_COUNTERS,
+)
 
 
 def test_the_block_and_the_placement_are_compared() -> None:
@@ -28,11 +40,14 @@ def test_fields_read_as_words_not_codes(field: str, code: int, reads: str) -> No
 
 def test_a_descriptor_fits_its_board_lines() -> None:
     """The one-node check writes the rejection code and every field into AGREE_LINES lines of
-    the board, which stay inside the rank's counters block and do not overlap each other."""
+    the board, which stay inside the rank's counters block and overlap neither each other nor
+    the named counters (the ring's flags, CALLS, CLOSING, FAILED), which are distinct."""
     assert 1 + len(FIELDS) <= AGREE_LINES * COUNTER_STRIDE
     spans = [set(range(first, first + AGREE_LINES)) for first in AGREE]
     assert all(not a & b for i, a in enumerate(spans) for b in spans[i + 1:])
     assert max(AGREE) + AGREE_LINES <= NUM_COUNTERS
+    named = [*FULL, *FREE, *EV_FULL, *EV_FREE, CALLS, CLOSING, FAILED]
+    assert len(set(named)) == len(named) and all(0 <= c < min(AGREE) for c in named)
 
 
 def test_the_gpu_descriptor_carries_every_field_or_implies_it() -> None:

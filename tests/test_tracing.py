@@ -6,6 +6,7 @@ host transport under real ranks: tests/mpi/test_mpi_trace.py."""
 from __future__ import annotations
 
 import itertools
+import statistics
 
 import pytest
 from hypothesis import given
@@ -130,13 +131,12 @@ def test_a_calls_summary() -> None:
 
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=9))
 def test_the_median_summary_is_the_median_of_each_field(calls) -> None:
-    summaries = [trace.summarize([span(SEND, 0, a), span(FOLD_STEP, a, a + b), span(WAIT_FULL, 0, c)])
+    summaries = [trace.summarize([span(SEND, 0, a), span(FOLD_STEP, a, a + b), span(WAIT_FULL, 0, c),
+                                  span(WAIT_FREE, 0, c * b)])
                  for a, b, c in calls]
     med = trace.median_summary(summaries)
-    for field in ("call", "copies", "folds", "wait_full", "slowest_fold"):
-        values = sorted(getattr(s, field) for s in summaries)
-        assert min(values) <= getattr(med, field) <= max(values)
-        assert sum(v < getattr(med, field) for v in values) <= len(values) // 2
-    assert med.steps == 3
+    for field in ("call", "copies", "folds", "wait_full", "wait_free", "slowest_fold"):
+        assert getattr(med, field) == statistics.median(getattr(s, field) for s in summaries), field
+    assert med.steps == 4
     with pytest.raises(ValueError, match="no ring call was traced"):
         trace.median_summary([])
