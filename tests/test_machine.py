@@ -62,8 +62,18 @@ def test_mixed_models_name_every_model() -> None:
     [frozenset(p) for p in permutations(BUSES, 2)]), st.sampled_from([NVLINK, PCIE, UNKNOWN])))
 def test_every_rank_computes_the_same_key_whatever_its_order(order, links) -> None:
     """Each rank lists the node's GPUs by rank: the key depends on the set, not the order, so
-    every rank of the node gets the same key from the same hardware."""
-    assert machine.machine_key(4, order, h200s(4, links)) == machine.machine_key(4, BUSES, h200s(4, links))
+    every rank of the node gets the same key from the same hardware, asking the same pairs."""
+    shuffled, listed = h200s(4, links), h200s(4, links)
+    assert machine.machine_key(4, order, shuffled) == machine.machine_key(4, BUSES, listed)
+    assert shuffled.asked == listed.asked
+
+
+@pytest.mark.parametrize("order", [(0, 0, 1), (1, 0, 0), (0, 1, 0)])
+def test_ranks_that_share_a_gpu_ask_the_link_of_each_pair_of_gpus_once(order) -> None:
+    """Ranks sharing a GPU list its bus twice: the link of a GPU with itself is never asked."""
+    probe = h200s(2)
+    assert machine.machine_key(3, [BUSES[i] for i in order], probe) == MachineKey("NVIDIA H200", 3, NVLINK)
+    assert probe.asked == [(BUSES[0], BUSES[1])]
 
 
 def test_weakest_and_model() -> None:
