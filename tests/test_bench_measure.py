@@ -124,6 +124,49 @@ def test_wrong_results_fail_and_are_never_timed(mode, placement, words):
     assert out.wrong == int(words.split(" of ")[0].split()[-1])  # #wrong: the elements counted
 
 
+@pytest.mark.parametrize("mode", ["wrong", "silent"])
+def test_another_librarys_call_is_checked_as_mpirings_rows_are(mode):
+    """A baseline or rival row (the measurer handed its call) is checked element by element
+    too: a wrong result fails it, untimed."""
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    comm = FakeComm(mode)
+    m = PointMeasurer(MPI.COMM_SELF, FakeComm(), space, TimingPolicy(budget_s=0.01), check=1,
+                      time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    point = Point(4 * COUNT, COUNT, "float32", "sum", "nccl-direct", "nccl-direct", "out")
+    out = m.measure(point, bufs, call=lambda: comm.Allreduce(bufs.send, bufs.recv, MPI.SUM))
+    assert (out.status, out.check) == ("fail", "FAIL") and out.stats is None
+    assert out.wrong == (1 if mode == "wrong" else COUNT)
+
+
+class FixedTimer:
+    """A timer whose every region takes ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> float:
+        return self.seconds
+
+
+def test_a_regions_time_is_divided_among_its_calls():
+    """Each repetition times ``iters`` back-to-back calls in one region: the figure per call is
+    the region's time over ``iters``."""
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    m = PointMeasurer(MPI.COMM_SELF, FakeComm(), space, TimingPolicy(iters=4, reps=3), check=1,
+                      time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
+    m.timer = FixedTimer(0.008)
+    out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
+    assert out.status == "ok" and out.iters == 4
+    assert out.stats.median == pytest.approx(0.002) and out.stats.max == pytest.approx(0.002)
+
+
 @pytest.mark.parametrize("checks", [1, 3])
 def test_check_iterations_each_on_fresh_poison(checks):
     """-c N: N checked calls before timing; a correct point reports #wrong 0."""

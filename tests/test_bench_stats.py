@@ -27,6 +27,18 @@ def test_summarize():
     assert (s.min, s.max, s.median) == (1.0, 10.0, 3.0)
 
 
+def test_summarize_an_even_count_takes_the_mean_of_the_middle_two():
+    assert summarize([10.0, 1.0, 3.0, 2.0]).median == 2.5
+
+
+def test_the_slowest_rank_is_the_one_with_the_largest_median():
+    """Not the one with the largest maximum (one slow iteration), nor the largest mean."""
+    spiky = Stats(mean=5, std=4, min=1, max=20, median=2)
+    steady = Stats(mean=3, std=0, min=3, max=3, median=3)
+    assert slowest_of([spiky, steady]) == (Stats(5, 4, 3, 20, 3), 1)
+    assert slowest_rank(_FakeComm([spiky.as_tuple(), steady.as_tuple()]), spiky)[1] == 1
+
+
 def test_summarize_one_sample_has_zero_std():
     s = summarize([2.5])
     assert s == Stats(2.5, 0.0, 2.5, 2.5, 2.5)

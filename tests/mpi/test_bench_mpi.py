@@ -20,6 +20,7 @@ from mpiring.bench.algorithms import default_sweep
 from mpiring.bench.arrays import HostSpace
 from mpiring.bench.data import InputGenerator
 from mpiring.bench.measure import Point, PointMeasurer, SizeBuffers, StageFailed, TimingPolicy, agree
+from mpiring.bench.metadata import source_commit
 from mpiring.bench.stats import bus_factor
 
 pytestmark = pytest.mark.mpi(min_size=2)
@@ -66,16 +67,19 @@ def test_host_bench_end_to_end(shared_dir):
         problems.append(f"metadata {meta['world_size']} {meta['mode']}")
     if meta.get("complete") is not True:
         problems.append("metadata does not say the run completed")
-    for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date", "ranks"):
+    for key in ("hostname", "mpi_library", "mpi4py", "numpy", "command", "date", "ranks", "mpiring",
+                "commit"):
         if not meta.get(key):
             problems.append(f"metadata lacks {key}")
+    if meta.get("commit") != source_commit():
+        problems.append(f"metadata names commit {meta.get('commit')}, not {source_commit()}")
     all_ok(problems)
 
 
 class OneRankMisbehaves:
     """A communicator stand-in: a true allreduce through MPI, except on rank ``bad``."""
 
-    def __init__(self, mode: str, bad: int = 1) -> None:
+    def __init__(self, mode: str, bad: int | None = 1) -> None:  # bad None: every rank
         self.mode, self.bad, self.check = mode, bad, True
 
     def stats(self) -> mpiring.CallStats:  # calls not counted: the bench's replayed share is None
@@ -87,16 +91,16 @@ class OneRankMisbehaves:
                 raise RuntimeError("injected failure")
             return
         world.Allreduce(send, recv, op=op)
-        if self.mode == "wrong" and world.rank == self.bad:
+        if self.mode == "wrong" and self.bad in (None, world.rank):
             recv[-1] += 1
 
 
-def measure_with(mode: str):
+def measure_with(mode: str, bad: int | None = 1):
     space = HostSpace(world.size)
     count = 4096
     gen = InputGenerator(np, "sum", np.dtype(np.float32), world.size, seed=11)
     bufs = SizeBuffers(space, gen, count, world.rank, cache=True)
-    m = PointMeasurer(world, OneRankMisbehaves(mode), space, TimingPolicy(budget_s=0.01, reps=2),
+    m = PointMeasurer(world, OneRankMisbehaves(mode, bad), space, TimingPolicy(budget_s=0.01, reps=2),
                       check=True, time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
     return m.measure(Point(4 * count, count, "float32", "sum", "mpi", None, "out"), bufs)
 
@@ -113,7 +117,14 @@ def test_wrong_result_on_one_rank_fails_on_all():
         problems.append(f"outcome {out.status}/{out.check}")
     if not out.errors or not all(e.startswith("rank 1: wrong result: 1 of 4096") for e in out.errors):
         problems.append(f"errors {out.errors}")
+    if out.wrong != 1:
+        problems.append(f"#wrong {out.wrong}, not 1")
     all_ok(problems)
+
+
+def test_wrong_elements_are_counted_over_every_rank():
+    out = measure_with("wrong", bad=None)
+    all_ok([] if (out.status, out.wrong) == ("fail", world.size) else [f"{out.status}, #wrong {out.wrong}"])
 
 
 def test_exception_on_one_rank_is_an_error_on_all():
