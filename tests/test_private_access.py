@@ -40,9 +40,9 @@ OTHER_LIBRARIES = frozenset({
 # even in these files. Never a communicator: what a test reads off one gets a public way in.
 WHITE_BOX: dict[str, frozenset[str]] = {
     # mpiring.call.dispatch on Dispatchers the tests make: the plan cache, lazy rows made, auto's
-    # choice and its table rule, the resolution.
+    # choice and its table rule.
     "tests/test_dispatch.py": frozenset({"d._plans", "d._made", "d._auto_choice", "d._table_decides",
-                                         "forced._table_decides", "d._resolve"}),
+                                         "forced._table_decides"}),
     "tests/test_auto.py": frozenset({"dispatch._auto_choice"}),  # auto's choice on a table row by row
     # mpiring.bench.summary's banner lines, one function at a time.
     "tests/test_bench_direct.py": frozenset({"summary._through_lines", "summary._rival_lines",
