@@ -64,6 +64,9 @@ class FakeComm:
             np.copyto(recv, send)  # one rank: the allreduce is the input
         if self.mode == "wrong":
             recv[3] += 1
+        if self.mode == "wrong-far-apart":
+            recv[3] += 1
+            recv[40] += 1
         if self.mode == "clobber" and send is not MPI.IN_PLACE:
             send[0] += 1
 
@@ -165,6 +168,17 @@ def test_a_regions_time_is_divided_among_its_calls():
     out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
     assert out.status == "ok" and out.iters == 4
     assert out.stats.median == pytest.approx(0.002) and out.stats.max == pytest.approx(0.002)
+
+
+def test_wrong_elements_are_counted_over_every_piece(monkeypatch):
+    """The check compares a buffer piece by piece (data.CHUNK elements each, 2**24 on the
+    machines): wrong elements in two pieces both count, and the first is the first."""
+    from mpiring.bench import collectives, data
+    monkeypatch.setattr(data, "CHUNK", 16)
+    monkeypatch.setattr(collectives, "CHUNK", 16)
+    out, _ = measure("wrong-far-apart")
+    assert (out.status, out.wrong) == ("fail", 2)
+    assert "2 of 1000 elements wrong, first at index 3" in out.note
 
 
 @pytest.mark.parametrize("checks", [1, 3])

@@ -256,6 +256,25 @@ def test_describe_cai_rejects_dtypes(typestr: str, message: str) -> None:
         describe(FakeCudaArray((4,), typestr), "sendbuf")
 
 
+@pytest.mark.parametrize(("cai", "what"), [
+    ({"typestr": "<f8", "data": (0x1000, False)}, "KeyError: 'shape'"),
+    ({"shape": (4,), "data": (0x1000, False)}, "KeyError: 'typestr'"),
+    ({"shape": (4,), "typestr": "<f4"}, "KeyError: 'data'"),
+    ({"shape": (4,), "typestr": "<f4", "data": 0x1000}, "TypeError"),
+    ({"shape": ("four",), "typestr": "<f4", "data": (0x1000, False)}, "ValueError"),
+    ({"shape": (4,), "typestr": "<f4", "data": (0x1000, False), "strides": 4}, "TypeError"),
+    ([("shape", (4,))], "TypeError"),
+])
+def test_describe_cai_names_a_malformed_interface(cai, what: str) -> None:
+    """A __cuda_array_interface__ without its required entries, or with entries of the wrong
+    kind, is refused naming the interface and what is wrong, not with a bare KeyError."""
+    obj = FakeCudaArray((4,))
+    obj.__cuda_array_interface__ = cai
+    with pytest.raises(InvalidArgumentError, match=re.escape("sendbuf's __cuda_array_interface__ is "
+                                                             "malformed (" + what)):
+        describe(obj, "sendbuf")
+
+
 # -- describe: DLPack --------------------------------------------------------------------
 
 

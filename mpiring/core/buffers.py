@@ -172,8 +172,19 @@ def _from_cupy(arr: Any, role: str) -> Buffer:
 
 
 def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:
-    shape = tuple(int(d) for d in cai["shape"])
-    typestr = cai["typestr"]
+    try:  # the CUDA Array Interface's required entries, read before anything is trusted
+        shape = tuple(int(d) for d in cai["shape"])
+        typestr = cai["typestr"]
+        address, readonly = cai["data"]
+        strides = cai.get("strides")
+        if strides is not None:
+            strides = tuple(int(s) for s in strides)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise InvalidArgumentError(
+            f"{role}'s __cuda_array_interface__ is malformed ({type(err).__name__}: {err}): it needs "
+            "'shape' (integers), 'typestr' and 'data' (address, read-only flag), and 'strides' "
+            "integers or None, as the CUDA Array Interface specifies"
+        ) from None
     try:
         dtype = np.dtype(typestr)
     except TypeError:
@@ -181,10 +192,8 @@ def _from_cai(cai: dict, owner: Any, role: str) -> Buffer:
             f"{role} has element type {typestr!r}, which mpiring cannot reduce"
         ) from None
     dtype = _check_dtype(dtype, role)
-    strides = cai.get("strides")
-    if not is_contiguous(shape, tuple(strides) if strides else None, dtype.itemsize):
+    if not is_contiguous(shape, strides or None, dtype.itemsize):
         raise _not_contiguous(role, strides, shape, "cupy")
-    address, readonly = cai["data"]
     count = int(np.prod(shape, dtype=np.int64))
     return Buffer(Memory.CUDA, int(address), count, dtype, bool(readonly), LazyView(owner, dtype), owner)
 

@@ -91,7 +91,8 @@ BAD: dict[str, tuple[Call, type[BaseException], tuple[str, ...]]] = {
         lambda c: c.Allreduce(MPI.IN_PLACE, FakeCudaArray(dict(CUDA_CAI))),
         UnavailableError, ("GPU arrays passed to a communicator created without GPUs",)),
     "malformed array interface": (lambda c: c.Allreduce(MPI.IN_PLACE, FakeCudaArray({"typestr": "<f8"})),
-                                  Exception, ()),
+                                  InvalidArgumentError, ("recvbuf's __cuda_array_interface__ is malformed",
+                                                         "KeyError: 'shape'")),
 }
 
 # name -> how the odd rank's otherwise valid call differs
