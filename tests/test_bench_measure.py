@@ -82,6 +82,13 @@ class CountingSpace(HostSpace):
         self.syncs += 1
 
 
+def float32_sum_buffers() -> tuple[HostSpace, SizeBuffers]:
+    """Host arrays and the point's buffers of COUNT float32 elements, for a sum on one rank."""
+    space = HostSpace()
+    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
+    return space, SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+
+
 def measure(mode="good", placement="out", check=1, dtype=np.float32, op="sum", overlap=None,
             blocking=False, **policy):
     space = CountingSpace()
@@ -131,9 +138,7 @@ def test_wrong_results_fail_and_are_never_timed(mode, placement, words):
 def test_another_librarys_call_is_checked_as_mpirings_rows_are(mode):
     """A baseline or rival row (the measurer handed its call) is checked element by element
     too: a wrong result fails it, untimed."""
-    space = HostSpace()
-    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
-    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    space, bufs = float32_sum_buffers()
     comm = FakeComm(mode)
     m = PointMeasurer(MPI.COMM_SELF, FakeComm(), space, TimingPolicy(budget_s=0.01), check=1,
                       time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
@@ -159,9 +164,7 @@ class FixedTimer:
 def test_a_regions_time_is_divided_among_its_calls():
     """Each repetition times ``iters`` back-to-back calls in one region: the figure per call is
     the region's time over ``iters``."""
-    space = HostSpace()
-    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
-    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    space, bufs = float32_sum_buffers()
     m = PointMeasurer(MPI.COMM_SELF, FakeComm(), space, TimingPolicy(iters=4, reps=3), check=1,
                       time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
     m.timer = FixedTimer(0.008)
@@ -213,9 +216,7 @@ class FlakyComm(FakeComm):
 
 
 def test_a_second_check_catches_what_the_first_missed():
-    space = HostSpace()
-    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
-    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    space, bufs = float32_sum_buffers()
     m = PointMeasurer(MPI.COMM_SELF, FlakyComm(), space, TimingPolicy(budget_s=0.01), check=2,
                       time_agreement=False, mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)
     out = m.measure(Point(4 * COUNT, COUNT, "float32", "sum", "ring", "auto", "out"), bufs)
@@ -229,9 +230,7 @@ def test_the_replayed_share_of_the_timed_calls(replays, check):
     (its stats()): all of them where it replays a shape seen before, even when no checked call
     ran the shape first (the probe did), none where it never replays; no share for another
     library's calls (the measurer is handed them)."""
-    space = HostSpace()
-    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
-    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    space, bufs = float32_sum_buffers()
     comm = FakeComm()
     comm.replays = replays
     m = PointMeasurer(MPI.COMM_SELF, comm, space, TimingPolicy(budget_s=0.01), check=check,
@@ -357,9 +356,7 @@ class TwoRankWorld:
 @pytest.mark.parametrize(("average", "factor"), [(0, 1.0), (1, 1.5), (2, 1.0), (3, 2.0)])
 def test_averaging_modes_combine_the_ranks_times(average, factor):
     """-a: rank 0's time, the average, the minimum or the maximum over ranks."""
-    space = HostSpace()
-    gen = InputGenerator(np, "sum", np.dtype(np.float32), 1, seed=5)
-    bufs = SizeBuffers(space, gen, COUNT, rank=0, cache=True)
+    space, bufs = float32_sum_buffers()
     policy = TimingPolicy(budget_s=0.01, reps=3, iters=5, warmup=1, average=average)
     m = PointMeasurer(TwoRankWorld(), FakeComm(), space, policy, check=0, time_agreement=False,
                       mpi_op=MPI.SUM, in_place=MPI.IN_PLACE)

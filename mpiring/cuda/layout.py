@@ -15,7 +15,7 @@ on only by the owner) and the direct kernels' local state:
 * ``direct_table``: the direct kernels' addresses of every rank's regions (local only);
 * ``ll_state``: the GPU-checked calls begun and the launch's started blocks, one word (local only);
 * ``ll_headers[slot][src][2]``: two 16-byte lines written by rank ``src`` at each GPU-checked
-  call (its descriptor and call number: ``csrc/agree.cuh``), cleared by this rank once read;
+  call (its descriptor and call number: ``csrc/agree.cuh``), never cleared (calls two apart differ in flag);
 * ``abort``: 0 while the communicator is healthy; ``1 + r`` once rank ``r`` aborted it (after a
   timeout). Written by any rank, read by this rank's kernels, which then stop writing output.
 
