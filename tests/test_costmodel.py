@@ -38,6 +38,18 @@ def test_fit_recovers_the_link() -> None:
     assert fitted.alpha == pytest.approx(truth.alpha, rel=1e-3) and fitted.beta == pytest.approx(truth.beta)
 
 
+def test_fit_takes_latency_from_the_fastest_small_message() -> None:
+    """alpha is the fastest message of up to 64 KiB over the ring's 2(P-1) steps: one slow small
+    point is noise, and a message above 64 KiB is not latency even where it measured faster
+    (the smallest message stands in only where none is that small)."""
+    steps = 2 * (4 - 1)
+    big = [(64 << 20, 300e-6), (1 << 30, 3000e-6)]
+    noisy = [(1 << 10, 12e-6), (8 << 10, 30e-6), (64 << 10, 9e-6), ((64 << 10) + 1, 5e-6), *big]
+    assert fit_ring(noisy, 4).alpha == pytest.approx(9e-6 / steps)
+    no_small = [((64 << 10) + 1, 40e-6), (1 << 20, 20e-6), *big]
+    assert fit_ring(no_small, 4).alpha == pytest.approx(40e-6 / steps)
+
+
 @pytest.mark.parametrize("points", [[(1, 1.0), (2, 2.0)], [(1, 1.0), (5, 1.0), (5, 2.0)],
                                     [(1, 0.5), (1, 2.0), (2, 1.0)]])
 def test_fit_refuses_what_it_cannot_fit(points) -> None:

@@ -215,6 +215,30 @@ def test_a_shape_is_checked_once_and_each_call_gets_its_own_buffers() -> None:
     assert host.checked == 4 and other.call.send.address == send.__array_interface__["data"][0] + 64
 
 
+@pytest.mark.parametrize("collective", [Collective.ALLREDUCE, Collective.REDUCE_SCATTER])
+def test_a_rows_size_limit_is_judged_on_the_whole_vectors_bytes(collective: Collective) -> None:
+    """A call's size, for the row's limit and auto's table, is the whole vector in bytes: the
+    element count times the element's size (so float64 halves the count a limit lets through),
+    and for an out-of-place reduce-scatter the sendbuf's n blocks, not the recvbuf's one."""
+    tiny = replace(algorithms.get("ring"), name="tiny", code=4243, auto=False, baseline=False,
+                   limit=lambda backend: 64)
+    algorithms.register(tiny)
+    try:
+        d = host_dispatcher(CountingHost())
+        ranks = 2
+        for dtype, count in ((np.float32, 16), (np.float64, 8), (np.float64, 10), (np.float32, 18)):
+            vector = np.zeros(count, dtype)
+            recv = vector.copy() if collective is Collective.ALLREDUCE else np.zeros(count // ranks, dtype)
+            nbytes = count * np.dtype(dtype).itemsize
+            if nbytes <= 64:
+                assert d.prepare(collective, vector, recv, MPI.SUM, "tiny", None).row is tiny
+            else:
+                with pytest.raises(InvalidArgumentError, match=f"at most 64 bytes, got {nbytes}"):
+                    d.prepare(collective, vector, recv, MPI.SUM, "tiny", None)
+    finally:
+        algorithms.unregister("tiny")
+
+
 def test_bound_launches_are_the_kept_replays_single_launches() -> None:
     """``bound_launches()``: the BoundLaunch of each kept plan whose replay is a StreamLaunch,
     in the order the plans were made; plans without a replay, or whose replay is anything else

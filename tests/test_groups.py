@@ -46,3 +46,19 @@ def test_mpis_words_for_running_out_are_running_out() -> None:
     with pytest.raises(SetupError, match="MPI cannot make another communicator"), \
             groups.out_of_communicators(0):
         raise MpichError("MPIR_Get_contextid_sparse_group(614): Too many communicators (0/2048 free)")
+
+
+def test_where_this_process_cannot_make_a_communicator_any_error_is_running_out(monkeypatch) -> None:
+    """Outside a committed duplicate's schedule, the local probe decides: when this process
+    cannot duplicate COMM_SELF either, MPI's unnamed error is named as running out."""
+
+    class NoneLeft:
+        def Dup(self) -> MPI.Intracomm:  # noqa: N802 - mpi4py's name
+            raise MpichError("MPIR_Get_contextid_sparse_group(614): no free context id")
+
+    fake_mpi = type("FakeMPI", (), {"COMM_SELF": NoneLeft(), "Exception": MPI.Exception})
+    monkeypatch.setattr(groups, "MPI", fake_mpi)
+    for committed in (False, True):
+        with pytest.raises(SetupError, match=r"rank 1: MPI cannot make another communicator \(MPIR_Isend"), \
+                groups.out_of_communicators(1, committed_dup=committed):
+            raise MpichError("MPIR_Isend_impl(123): Other MPI error")

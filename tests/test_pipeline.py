@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mpiring.core.errors import MpiringTimeoutError
 from mpiring.core.ops import Op
 from mpiring.ring.pipeline import RingPipeline
 from mpiring.ring.schedule import FIRST_SEQ, SLOTS, Phase, RingPlan, Source, issue_order
@@ -138,3 +139,43 @@ def test_compact_plan_orders_every_fold_after_its_own_send() -> None:
     names = [c[:2] for c in link.calls]
     for t in range(plan.num_transfers):
         assert names.index(("mark_sent", t)) < names.index(("wait_sent", t))
+
+
+class StuckTransport(RecordingTransport):
+    """Times out at the ``stuck``-th wait (slot free or slot full) of a call."""
+
+    def __init__(self, rank: int, size: int, stuck: int) -> None:
+        super().__init__(rank, size)
+        self.stuck, self.waits = stuck, 0
+
+    def _wait(self) -> None:
+        self.waits += 1
+        if self.waits == self.stuck:
+            raise MpiringTimeoutError(self.rank, 1.0, "rank 9 to do something", peer=9)
+
+    def wait_slot_free(self, slot: int, seq: int) -> None:
+        self._wait()
+
+    def wait_slot_full(self, slot: int, seq: int) -> None:
+        self._wait()
+
+
+@pytest.mark.parametrize(("size", "rank"), [(2, 1), (4, 2)])
+def test_a_timed_out_wait_is_located_at_its_transfer(size: int, rank: int) -> None:
+    """A wait that times out inside a ring call raises with where it happened: the transfer's
+    step and phase, batch, and whether its send (waiting for a free slot) or its fold (waiting
+    for a full one) was stuck, at the transfer's sequence number; every wait of the call."""
+    plan = RingPlan(size, 1000, 3)
+    script = [c for c in expected_calls(plan, rank, FIRST_SEQ, False) if c[0] in ("wait_free", "wait_full")]
+    by_seq = {FIRST_SEQ + t: plan.transfer(rank, t) for t in range(plan.num_transfers)}
+    for k, (kind, _slot, waited) in enumerate(script, 1):
+        seq = waited + SLOTS if kind == "wait_free" else waited  # a send waits for the slot's last use
+        tr = by_seq[seq]
+        with pytest.raises(MpiringTimeoutError) as caught:
+            RingPipeline(StuckTransport(rank, size, k)).run(plan, call_buffers(1000, False))
+        err = caught.value
+        phase = "reduce-scatter" if tr.reduce else "all-gather"
+        step = f"{tr.step + 1} of {plan.steps} ({phase})"
+        assert (err.algorithm, err.step, err.seq, err.peer) == ("ring", step, seq, 9)
+        assert (f"in the ring algorithm, step {step}, batch {tr.batch + 1} of {plan.batches}, "
+                f"{'send' if kind == 'wait_free' else 'fold'} of transfer seq {seq}") in str(err)

@@ -27,6 +27,7 @@ from mpiring.cuda import contract, sources
 from mpiring.cuda.status import (
     ABORT_HINT,
     ABORTED,
+    AGREE_STEP,
     BLOCK,
     HEALTHY,
     KIND,
@@ -123,6 +124,19 @@ def test_twoshot_timeout_names_the_barrier(step: int, text: str) -> None:
     assert message.startswith(f"rank 1 timed out after 3 s in the twoshot algorithm, {text} "
                               "(call 44, block 7), waiting for rank 2 to reach the same barrier")
     assert message.endswith(ABORT_HINT)
+
+
+@pytest.mark.parametrize(("kind", "algorithm"), [(2, "oneshot"), (3, "twoshot"), (4, "oneshot-ll")])
+def test_a_timeout_in_the_agreement_check_names_the_check_and_the_call(kind: int, algorithm: str) -> None:
+    """STEP = AGREE_STEP (agree.cuh's STEP_AGREE): the wait for a peer's call descriptor, not a
+    barrier. The error says so, waits for the peer "to reach the same call", and gives the call
+    number the kernels count."""
+    err = status_error(words(TIMED_OUT, kind=kind, peer=3, seq=12, block=0, step=AGREE_STEP), 1, 2.0)
+    assert type(err) is MpiringTimeoutError
+    step = "the agreement check (the wait for the peer's call descriptor)"
+    assert (err.algorithm, err.step, err.peer, err.seq) == (algorithm, step, 3, 12)
+    assert str(err) == (f"rank 1 timed out after 2 s in the {algorithm} algorithm, {step} (call 12, "
+                        f"block 0), waiting for rank 3 to reach the same call; {ABORT_HINT}")
 
 
 @pytest.mark.parametrize(("kind", "algorithm"), [(1, "ring"), (2, "oneshot"), (3, "twoshot"), (9, "unknown")])

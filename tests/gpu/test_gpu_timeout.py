@@ -35,9 +35,21 @@ ROWS = ["ring", "ring-events"]
 pytestmark = pytest.mark.skipif(WORLD.size < 2, reason="needs 2 ranks")
 
 
+@pytest.fixture(scope="module")
+def warmed() -> None:
+    """Once per module: a communicator like ``comm``'s with the default timeout, made and used,
+    so that CUDA's start-up and the kernels' compiles are behind every rank before a set-up
+    bounded by T begins (first in a fresh process, a rank's start-up alone can take over T)."""
+    with mpiring.Communicator(WORLD, gpu=True, slot_bytes=SLOT) as c:
+        for algo in ROWS:
+            c.Allreduce(cupy.ones(8, cupy.float32), cupy.empty(8, cupy.float32), algorithm=algo)
+        c.synchronize()
+
+
 @pytest.fixture
-def comm() -> Iterator[mpiring.Communicator]:
+def comm(warmed: None) -> Iterator[mpiring.Communicator]:
     """A GPU communicator of its own with timeout T (a test may fail it)."""
+    WORLD.Barrier()  # the ranks start the T-bounded set-up together
     c = mpiring.Communicator(WORLD, gpu=True, slot_bytes=SLOT, timeout=T)
     yield c
     c.close()
