@@ -563,8 +563,9 @@ def test_part_is_a_view_of_the_same_memory() -> None:
     part.array[:] = -1
     assert x.tolist() == [0, 1, 2, -1, -1, -1, -1, 7, 8, 9]
     assert buf.part(10, 0).count == 0
-    with pytest.raises(ValueError, match="outside"):
-        buf.part(8, 3)
+    for start, count in ((8, 3), (-1, 2), (0, -1), (11, 0)):
+        with pytest.raises(ValueError, match="outside"):
+            buf.part(start, count)
 
 
 def test_torch_cpu_bfloat16_is_described_through_ml_dtypes() -> None:

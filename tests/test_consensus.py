@@ -26,6 +26,19 @@ def test_none_reads_default_and_a_rejection_names_its_rank() -> None:
         "batches differs across ranks: default on rank 0; 4 on rank 1"]
 
 
+@pytest.mark.parametrize("who", [0, 1, 2])
+def test_a_rejection_is_named_whichever_rank_made_it(who: int) -> None:
+    """Rank 0 and the last rank are ranks like any other: a rejection on any one is a line."""
+    said = "slot_bytes=-1: use a positive size"
+    per_rank = [{REJECTED: said if r == who else ""} for r in range(3)]
+    assert disagreements(per_rank) == [f"rank {who} rejected its arguments ({said})"]
+    with pytest.raises(SetupError, match=f"rank {who} rejected its arguments"):
+        check_setup(per_rank)
+    assert disagreements([{REJECTED: ""}]) == []
+    assert disagreements([{REJECTED: "timeout=nan: not finite"}]) == [
+        "rank 0 rejected its arguments (timeout=nan: not finite)"]
+
+
 def test_a_missing_parameter_counts_as_absent() -> None:
     assert disagreements([{"check": True}, {}]) == [
         "check differs across ranks: True on rank 0; absent on rank 1"]

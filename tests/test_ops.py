@@ -44,6 +44,16 @@ def test_normalize_op_accepts(given_op: object, want: Op) -> None:
     assert normalize_op(given_op) is want
 
 
+@pytest.mark.parametrize(("mpi_op", "want"), [(MPI.SUM, Op.SUM), (MPI.PROD, Op.PROD), (MPI.MAX, Op.MAX),
+                                              (MPI.MIN, Op.MIN)])
+def test_an_op_equal_to_mpis_but_another_object_is_that_op(mpi_op: MPI.Op, want: Op) -> None:
+    """mpi4py makes a new Op object for a handle it is given back (fromhandle, f2py): equal to
+    MPI.SUM, not MPI.SUM itself. It is that op, not an "unsupported op MPI.SUM"."""
+    for same in (MPI.Op.fromhandle(mpi_op.handle), MPI.Op.f2py(mpi_op.py2f())):
+        assert same is not mpi_op and same == mpi_op
+        assert normalize_op(same) is want
+
+
 @pytest.mark.parametrize("name", ["add", "", "sum ", "mean", "band"])
 def test_normalize_op_rejects_strings(name: str) -> None:
     """An unknown name is quoted and the accepted names are listed."""

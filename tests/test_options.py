@@ -1,11 +1,17 @@
 """mpiring.call.options: the communicator's arguments and MPIRING_* variables, checked once at
-set-up; here the SM budget and the overlap setting (the others are tested through the API)."""
+set-up: the SM budget, the overlap setting, the check mode, MPIRING_ALGO, the set-up values every
+rank must share; and a bad argument refused by a one-rank communicator (under MPI, at several
+ranks: tests/mpi/test_mpi_setup_agreement.py)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from mpi4py import MPI
 
+import mpiring
 from mpiring.call.options import Options, check_sm_budget
 from mpiring.core.errors import InvalidArgumentError
 
@@ -53,3 +59,48 @@ def test_replay_takes_a_bool(bad) -> None:
     assert Options.resolve("auto", None, None, None, replay=False).replay is False
     with pytest.raises(InvalidArgumentError, match="replay=.*False"):
         Options.resolve("auto", None, None, None, replay=bad)
+
+
+@pytest.mark.parametrize(("check", "want"), [(None, "gpu"), ("host", "host"), (" HOST ", "host"),
+                                             ("gpu", "gpu"), (True, "gpu"), (False, "off"), ("off", "off")])
+def test_the_check_mode_is_what_was_asked(monkeypatch, check, want: str) -> None:
+    """check='host' (every call checked on the host: a debugging aid) stays 'host'; False is off."""
+    monkeypatch.delenv("MPIRING_CHECK", raising=False)
+    opts = Options.resolve("auto", None, check, None)
+    assert (opts.check, opts.check_mode) == (want != "off", "gpu" if want == "off" else want)
+    assert opts.setup_values("auto")["check"] == f"{want != 'off'} ({opts.check_mode})"
+
+
+def test_mpiring_algo_auto_forces_nothing(monkeypatch) -> None:
+    """MPIRING_ALGO=auto (a value the docs list) leaves auto's choice alone; a row name forces it."""
+    monkeypatch.setenv("MPIRING_ALGO", "auto")
+    assert Options.resolve("auto", None, None, None).forced is None
+    with mpiring.Communicator(MPI.COMM_SELF, gpu=False) as comm:
+        out = np.empty(5)
+        comm.Allreduce(np.arange(5.0), out)
+        assert np.array_equal(out, np.arange(5.0))
+    monkeypatch.setenv("MPIRING_ALGO", "ring")
+    assert Options.resolve("auto", None, None, None).forced == "ring"
+
+
+def test_the_inter_node_engine_is_a_set_up_value() -> None:
+    """Ranks that pass different inter= would pick different engines between nodes: it is shared."""
+    opts = Options.resolve("auto", None, None, None)
+    assert opts.setup_values("nccl")["inter"] == "nccl"
+    assert opts.setup_values("mpi")["inter"] == "mpi"
+
+
+@pytest.mark.parametrize(("kwargs", "said"), [
+    (dict(timeout=math.nan), "timeout"),
+    (dict(timeout=-1.0), "timeout"),
+    (dict(slot_bytes=-1), "slot_bytes"),
+    (dict(batches=0), "batches"),
+    (dict(inter="bogus"), "inter='bogus': choose one of"),
+    (dict(check="maybe"), "check="),
+    (dict(algorithm="shiny"), "shiny"),
+])
+def test_a_one_rank_communicator_refuses_a_bad_argument(kwargs: dict, said: str) -> None:
+    """Rank 0 of one is a rank like any other: its own bad argument raises at set-up, naming it
+    (it used to be possible for a rank's rejection to go unread and its fallbacks to run)."""
+    with pytest.raises(InvalidArgumentError, match=said):
+        mpiring.Communicator(MPI.COMM_SELF, gpu=False, **kwargs)

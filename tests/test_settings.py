@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from mpi4py import MPI
 
 from mpiring.call.options import Options
 from mpiring.context.rails import cuda_aware_mpi
@@ -67,6 +68,35 @@ def test_one_error_shape_names_the_variable_its_value_and_what_it_accepts(name, 
     assert message.startswith(f"{name}={text!r}: {problem}; use ") and accepted in message, message
 
 
+NUMBERS = [row for row in settings.TABLE if row.kind in ("int", "float")]
+
+
+@pytest.mark.parametrize("row", NUMBERS, ids=lambda row: row.name)
+def test_every_number_is_taken_up_to_its_bounds_and_refused_past_them(row: settings.Setting) -> None:
+    """An int's bounds are accepted (MPIRING_SM_BUDGET=1, MPIRING_DIRECT_BLOCKS=4096), a float's
+    low bound is not (above it is); one past either is refused as out of range."""
+    def value(x: float) -> str:
+        return str(int(x)) if row.kind == "int" else repr(float(x))
+
+    inside, outside = [], []
+    if row.low is not None:
+        if row.kind == "int":
+            inside.append(row.low)
+            outside.append(row.low - 1)
+        else:
+            inside.append(row.low + 1e-9)
+            outside.append(row.low)
+    if row.high is not None:
+        inside.append(row.high)
+        outside.append(row.high + 1)
+    assert inside or row.low is None and row.high is None
+    for x in inside:
+        assert settings.get(row.name, {row.name: value(x)}) == pytest.approx(x)
+    for x in outside:
+        with pytest.raises(InvalidArgumentError, match=f"{row.name}=.*out of range"):
+            settings.get(row.name, {row.name: value(x)})
+
+
 def test_unset_and_empty_are_the_default() -> None:
     assert settings.get("MPIRING_DIRECT_BLOCKS", {}) == 128
     assert settings.get("MPIRING_DIRECT_BLOCKS", {"MPIRING_DIRECT_BLOCKS": "  "}) == 128
@@ -82,6 +112,14 @@ def test_the_readers_use_the_table(monkeypatch) -> None:
         cuda_aware_mpi()
     monkeypatch.setenv("MPIRING_CUDA_AWARE_MPI", "off")
     assert cuda_aware_mpi() is False
+    # the variable overrules the library's own answer, both ways (no MPI here says True itself)
+    monkeypatch.setattr(MPI, "Query_cuda_support", lambda: True, raising=False)
+    assert cuda_aware_mpi() is False
+    monkeypatch.delenv("MPIRING_CUDA_AWARE_MPI")
+    assert cuda_aware_mpi() is True
+    monkeypatch.setattr(MPI, "Query_cuda_support", lambda: False, raising=False)
+    monkeypatch.setenv("MPIRING_CUDA_AWARE_MPI", "1")
+    assert cuda_aware_mpi() is True
     monkeypatch.setenv("MPIRING_SHARE_GPU", "maybe")
     with pytest.raises(InvalidArgumentError, match="MPIRING_SHARE_GPU='maybe'"):
         share_gpu_allowed()
@@ -132,6 +170,10 @@ def test_unknown_names_are_warned_about_once(monkeypatch) -> None:
     assert "MPIRING_TIMEOUTS (did you mean MPIRING_TIMEOUT?)" in str(seen[0].message)
     monkeypatch.setattr(settings, "_WARNED", False)
     assert settings.warn_unknown({"MPIRING_TIMEOUT": "5"}) is False  # known names: silence
+    with warnings.catch_warnings(record=True) as seen:  # ... which uses up nothing
+        warnings.simplefilter("always")
+        assert settings.warn_unknown({"MPIRING_TIMEOUTS": "5"}) is True
+    assert len(seen) == 1
 
 
 def test_the_docs_page_lists_exactly_the_table() -> None:
