@@ -474,3 +474,26 @@ def test_every_fallback_is_a_row_that_serves_what_it_is_named_for() -> None:
     assert algorithms.get(fallbacks.ACROSS_NODES).runs_on(2)
     assert algorithms.get(fallbacks.WHILE_CAPTURING).graph_capturable
     assert all(algorithms.get(n).serves(Mem.CUDA) for n in (*fallbacks.ONE_RANK, *fallbacks.THEN))
+
+
+def test_a_size_measured_twice_keeps_its_fastest_time() -> None:
+    """A results file may hold several rows of one size and algorithm (batches, placements):
+    the fastest counts, whatever their order."""
+    times = [(2, 1024, "oneshot", 1.0), (2, 1024, "twoshot", 2.0), (2, 1024, "oneshot", 3.0)]
+    assert tuning.from_timings(times) == tuning.from_timings(times[::-1]) == {2: ((None, "oneshot"),)}
+
+
+def test_a_narrow_loss_of_exactly_the_noise_still_keeps_the_neighbours_winner() -> None:
+    times = [(2, 1, "oneshot", 1.0), (2, 2, "twoshot", 1.0), (2, 2, "oneshot", 1.0 + tuning.NOISE),
+             (2, 3, "oneshot", 1.0)]
+    assert tuning.from_timings(times) == {2: ((None, "oneshot"),)}
+    times[2] = (2, 2, "oneshot", 1.0 + 2 * tuning.NOISE)
+    assert tuning.from_timings(times) == {2: ((1, "oneshot"), (2, "twoshot"), (None, "oneshot"))}
+
+
+@pytest.mark.parametrize(("ranks", "nbytes", "want"), [
+    (2, 256 << 10, "oneshot"), (2, (256 << 10) + 1, "twoshot"), (4, 256 << 10, "oneshot"),
+    (8, 128 << 10, "oneshot"), (8, (128 << 10) + 1, "twoshot"),
+    (2, 64 << 20, "twoshot"), (2, (64 << 20) + 1, "ring"), (1, 1, "ring")])
+def test_the_rule_for_untabled_machines_at_its_boundaries(ranks: int, nbytes: int, want: str) -> None:
+    assert tuning.builtin_choice(ranks, nbytes) == want

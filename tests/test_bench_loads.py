@@ -12,6 +12,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from mpi4py import MPI
+
+from mpiring.bench.overlap import GEMM, TRAIN
 
 HOST_GEMM = 20e-6  # host time to enqueue one GEMM
 HOST_CALL = 5e-6  # ... one allreduce call
@@ -267,3 +270,65 @@ def test_torch_is_not_usable_without_torch(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     assert loads.torch_usable() is False
+
+
+def test_the_banner_gives_the_gemms_rate():
+    """2 n^3 floating-point operations per n x n GEMM: 8192^2 in 1.7 ms is 647 TFLOP/s."""
+    from mpiring.bench.loads import describe
+
+    load = SimpleNamespace(size=8192, dtype="float16", backend="CuPy")
+    assert describe(load, 1.7e-3) == "8192x8192 float16 GEMMs (CuPy), 1.7 ms each alone (647 TFLOP/s)"
+
+
+class FakeLoad:
+    def __init__(self, size, seed=0, sms=0):
+        self.size, self.dtype, self.backend, self.sms = size, "float16", "fake", sms
+
+
+def set_up_with(monkeypatch, shapes, per_rank_ms):
+    """loads.set_up over fake GEMMs on one process whose "ranks" calibrated ``per_rank_ms``."""
+    from mpiring.bench import loads
+
+    class FakeTimeline:
+        gate_note = ""
+
+        def calibrate(self, load):
+            return 1e-3
+
+        def close(self):
+            pass
+
+    def agree(world, fn, share=False):
+        value = fn()
+        if not share:
+            return value
+        return [value * ms for ms in per_rank_ms] if isinstance(value, float) else [value] * len(per_rank_ms)
+
+    for name, fake in (("CupyGemm", FakeLoad), ("TorchGemm", FakeLoad), ("GpuTimeline", FakeTimeline),
+                       ("agree", agree), ("torch_usable", lambda: True)):
+        monkeypatch.setattr(loads, name, fake)
+    return loads.set_up(MPI.COMM_SELF, shapes, 4096, 2048, 0, reps=3)
+
+
+def test_each_shape_is_timed_by_its_slowest_rank_and_starts_where_it_says(monkeypatch):
+    """The GEMMs' time is the slowest rank's calibration (the work is sized for it); the gemm
+    shape starts its calls with the first GEMM and measures the slowdowns, the train shape
+    starts them after the first and does not."""
+    from mpiring.bench.loads import TRAIN_AFTER, TRAIN_WINDOW_GEMMS
+    from mpiring.bench.overlap import MIN_WINDOW_GEMMS
+
+    gemm, train = set_up_with(monkeypatch, [GEMM, TRAIN], [1.0, 1.5, 1.2]).shapes
+    assert gemm.gemm_s == pytest.approx(1.5e-3) and train.gemm_s == pytest.approx(1.5e-3)
+    assert (gemm.after, gemm.window_gemms, gemm.slowdowns) == (0, MIN_WINDOW_GEMMS, True)
+    assert (train.after, train.window_gemms, train.slowdowns) == (TRAIN_AFTER, TRAIN_WINDOW_GEMMS, False)
+    assert TRAIN_AFTER > 0
+    assert (gemm.load.size, train.load.size) == (4096, 2048)
+
+
+def test_a_gemm_too_short_to_time_is_refused_by_name(monkeypatch):
+    from mpiring.bench.command import BenchError
+
+    with pytest.raises(BenchError, match="takes 50.0 us, under .*use a larger --gemm-size"):
+        set_up_with(monkeypatch, [GEMM], [0.05])
+    with pytest.raises(BenchError, match="use a larger --train-gemm-size"):
+        set_up_with(monkeypatch, [TRAIN], [0.05])

@@ -198,3 +198,11 @@ def test_gives_up_with_a_note_when_the_gemms_never_outlast_the_loop():
     assert "outlasted the GEMMs" in res.note
     assert res.makespans[GEMM].t_both_s is not None  # the makespan is measured all the same
     assert res.notes == res.note
+
+
+def test_the_boundaries_of_a_repetition_that_counts():
+    """A loop that ends exactly at the last GEMM mark is covered, and exactly MIN_INSIDE GEMMs
+    inside it are enough (event times tie at their 0.5 us resolution)."""
+    exact = rep_from_marks(1.0, 0.1, 10, [0.0, 1.0, 2.0, 3.0, 4.0], a0=0.0, a1=4.0)
+    assert exact.covered and exact.inside == 4
+    assert shortfall([rep(inside=MIN_INSIDE), rep()]) == ""

@@ -125,6 +125,17 @@ def test_summary_names_the_smallest_makespan_per_shape_and_size():
         "T_ar 11 ms); next ring 15 ms"]
 
 
+def test_summary_gives_each_rows_best_speed_up_and_the_median_efficiency():
+    """The headline speed-up is the row's largest, at its size; the spread is the median (here
+    not the mean, 0.40) between the smallest and the largest."""
+    rows = [r("oneshot", 1024, speedup=2.0, overlap_eff=0.1),
+            r("oneshot", 2048, speedup=3.0, overlap_eff=0.2),
+            r("oneshot", 4096, speedup=1.5, overlap_eff=0.9)]
+    line = next(line for line in summary.summary_lines(rows, "nccl") if line.startswith("oneshot"))
+    assert "best 3.00x vs nccl at 2 KiB" in line
+    assert "gemm overlap efficiency median 0.20 (0.10 to 0.90)" in line
+
+
 def test_reason_strips_the_rank_and_error_type():
     assert rowmaker.reason("rank 0: InvalidArgumentError: at most 1 MiB: smaller") == \
         "at most 1 MiB: smaller"

@@ -26,3 +26,12 @@ def test_the_tuning_line_says_from_which_size_the_overlap_entries_serve() -> Non
     none = tuning.TuningTable({2: ((None, "nccl"),)})
     assert summary.tuning_line(_sweep(none, overlap=True)).endswith(
         "it has no overlap entries: auto picks what is fastest alone")
+
+
+def test_the_tuning_line_reads_this_runs_rank_count() -> None:
+    """Overlap entries for 4 ranks only: a 4-rank run picks from them, a 2-rank run has none."""
+    four = tuning.TuningTable({2: ((None, "nccl"),), 4: ((None, "nccl"),)}, overlap={4: ((None, "ring"),)})
+    assert summary.tuning_line(_sweep(four, overlap=True, size=4)).endswith(
+        "auto picks from its overlap entries (--overlap)")
+    assert summary.tuning_line(_sweep(four, overlap=True, size=2)).endswith(
+        "it has no overlap entries: auto picks what is fastest alone")

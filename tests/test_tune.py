@@ -386,3 +386,18 @@ def test_the_tuner_runs_without_rich_and_matplotlib(tmp_path):
     assert "busbw" in out and "#wrong" in out  # the table's header
     assert any(line.lstrip().startswith("1 KiB") and "ring" in line for line in out.splitlines()), out
     assert f"wrote {path}" in out and "\x1b[" not in out  # no colours, no live bar
+
+
+def test_a_retune_drops_this_rank_counts_stale_overlap_start():
+    """A table whose overlap entries served from 1 MiB, re-tuned for the same rank count without
+    --overlap (no overlap entries: no start either; a start without entries is refused when
+    read) or with a sweep from the first size (it serves every size now)."""
+    late = [t for t in tunefile.makespan_timings(OVERLAP_ROWS, 4) if t[1] >= 1 << 20]
+    base = tune.make_table(tune.timings(ROWS, 4), 4, RUN, key=KEY, overlap_times=late)
+    assert base.overlap_from == {4: 1 << 20}
+    plain = tune.make_table(tune.timings(ROWS, 4), 4, RUN, base, key=KEY)
+    assert (plain.overlap, plain.overlap_from) == ({}, {})
+    assert parse(json.loads(tune.table_json(plain))) == plain
+    full = tune.make_table(tune.timings(ROWS, 4), 4, RUN, base, key=KEY,
+                           overlap_times=tunefile.makespan_timings(OVERLAP_ROWS, 4))
+    assert full.overlap_from == {} and full.choose(4, 1024, overlap=True) == "nccl"
