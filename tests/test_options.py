@@ -101,6 +101,6 @@ def test_the_inter_node_engine_is_a_set_up_value() -> None:
 ])
 def test_a_one_rank_communicator_refuses_a_bad_argument(kwargs: dict, said: str) -> None:
     """Rank 0 of one is a rank like any other: its own bad argument raises at set-up, naming it
-    (it used to be possible for a rank's rejection to go unread and its fallbacks to run)."""
+    (were its rejection left unread, the communicator would run on fallback settings in silence)."""
     with pytest.raises(InvalidArgumentError, match=said):
         mpiring.Communicator(MPI.COMM_SELF, gpu=False, **kwargs)
