@@ -215,3 +215,10 @@ def test_the_library_reads_mpiring_variables_only_through_the_table() -> None:
             if re.search(r"(environ|getenv)\b.*MPIRING_", line):
                 offenders.append(f"{rel}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 10.0, 300.0])
+def test_draining_a_ranks_gpu_work_outlasts_two_timeouts(seconds: float) -> None:
+    """close() waits for the GPU's own waits (each ends within the timeout) and as much again
+    for work queued ahead, plus 5 s: giving up sooner would abandon work still inside its bound."""
+    assert TimeoutPolicy(seconds).drain_seconds == pytest.approx(2 * seconds + 5.0)

@@ -118,3 +118,18 @@ def test_abandoned_board_keeps_its_window() -> None:
     assert len(signals.ABANDONED_WINDOWS) == kept + 1
     assert row[signals.CLOSING] == signals.ABANDONED  # still mapped: peers read it
     board.close()
+
+
+def test_a_wait_whose_peers_keep_moving_restarts_its_clock_each_time() -> None:
+    """The timeout bounds a wait's time without progress, not the wait: peers that move every
+    0.1 s for 0.8 s keep a 0.3 s wait alive, and it times out about 0.3 s after they stop."""
+    start = time.monotonic()
+    moving_until = start + 0.8
+
+    def progress() -> int:  # the awaited counter: a step every 0.1 s, then still
+        return int((min(time.monotonic(), moving_until) - start) / 0.1)
+
+    with pytest.raises(MpiringTimeoutError):
+        Waiter(0.3, 0).until(lambda: False, lambda: "rank 1's counter", progress=progress)
+    waited = time.monotonic() - start
+    assert 0.8 + 0.3 - 0.1 <= waited < 0.8 + 0.3 + 2.0, waited
